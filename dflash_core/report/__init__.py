@@ -1,0 +1,1 @@
+"""The canonical report: pytest-benchmark JSON -> benchmark.json, report.html, index.html."""

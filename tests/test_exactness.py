@@ -1,0 +1,147 @@
+"""Speculative decoding is token-exact against greedy, for every proposer regime (Hypothesis).
+
+Strict in float64; under the tie certificate of DESIGN contract 1 in float32. The negative control (a
+rollback that crops attention K/V only) must be caught by the same property.
+"""
+
+from __future__ import annotations
+
+from functools import cache, lru_cache
+
+import pytest
+from hypothesis import Phase, given, settings
+
+from dflash_core.decode import DecodeStats, greedy, speculative
+from dflash_core.exactness import classify
+from dflash_core.proposers import OracleProposer, RandomProposer
+from dflash_core.target import TargetRuntime
+from dflash_core.testing import PATTERNS, TinySpec, build_tiny
+
+from .strategies import MAX_BUDGET, decode_cases
+
+VOCAB = TinySpec().vocab_size
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+pytestmark = pytest.mark.exactness
+
+
+@cache
+def _runtime(pattern: str, dtype: str, device: str, rollback: str = "exact") -> TargetRuntime:
+    model = build_tiny(TinySpec(pattern=pattern, dtype=dtype, seed=len(pattern))).to(device)
+    return TargetRuntime.from_model(model, name=f"tiny-{pattern}-{dtype}", rollback=rollback)
+
+
+@lru_cache(maxsize=4096)
+def _reference(rt: TargetRuntime, prompt: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Greedy ids and top-2 gaps for the largest budget; smaller budgets are prefixes (no EOS stop)."""
+    ids, stats = greedy(rt, list(prompt), MAX_BUDGET, record_margins=True)
+    return tuple(ids), tuple(stats.margins)
+
+
+def check_invariants(stats: DecodeStats, width: int, budget: int) -> None:
+    assert stats.new_tokens == budget
+    assert stats.accepted <= stats.proposed
+    assert sum(stats.accept_counts) == stats.target_calls
+    assert len(stats.accept_counts) == width + 1
+    assert stats.proposed <= stats.draft_calls * width
+    if stats.target_calls:
+        assert stats.tokens_per_target_call <= width + 1
+    # every target call commits accepted + 1 tokens, so the histogram accounts for every token
+    committed = sum((a + 1) * c for a, c in enumerate(stats.accept_counts))
+    assert committed == budget
+    assert all(a <= p for a, p in zip(stats.position_accepted, stats.position_proposed))
+
+
+def assert_oracle_exact(rt: TargetRuntime, case) -> None:
+    ref, margins = _reference(rt, case.prompt)
+    want = list(ref[: case.budget])
+    prop = OracleProposer(case.prompt, ref, VOCAB, case.corrupt)
+    got, stats = speculative(rt, prop, list(case.prompt), case.budget, case.width)
+    verdict = classify(got, want, margins, rt.dtype)
+    assert verdict.kind == "exact", f"{verdict} for prompt={case.prompt} budget={case.budget} width={case.width}"
+    check_invariants(stats, case.width, case.budget)
+    if not case.corrupt and case.budget > 1:
+        assert stats.accepted == stats.proposed  # an uncorrupted oracle is always fully accepted
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", sorted(PATTERNS))
+@given(case=decode_cases(VOCAB))
+def test_oracle_and_corrupted_oracle_are_exact_float64(pattern, device, case):
+    assert_oracle_exact(_runtime(pattern, "float64", device), case)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(case=decode_cases(VOCAB))
+def test_random_proposer_is_exact_float64(device, case):
+    rt = _runtime("CACA", "float64", device)
+    ref, _ = _reference(rt, case.prompt)
+    got, stats = speculative(rt, RandomProposer(VOCAB, seed=len(case.prompt)), list(case.prompt), case.budget,
+                             case.width)
+    assert got == list(ref[: case.budget])
+    check_invariants(stats, case.width, case.budget)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(case=decode_cases(VOCAB))
+def test_float32_is_exact_or_tie_certified(device, case):
+    rt = _runtime("CCAC", "float32", device)
+    ref, margins = _reference(rt, case.prompt)
+    prop = OracleProposer(case.prompt, ref, VOCAB, case.corrupt)
+    got, stats = speculative(rt, prop, list(case.prompt), case.budget, case.width)
+    verdict = classify(got, list(ref[: case.budget]), margins, rt.dtype)
+    assert verdict.ok, f"diverged beyond the float32 tie tolerance: {verdict}"
+    assert stats.new_tokens == case.budget
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pattern", ["CACA", "ACCA"])
+@given(case=decode_cases(VOCAB, max_width=1))
+def test_cached_greedy_equals_uncached_and_generate(pattern, device, case):
+    import torch
+
+    rt = _runtime(pattern, "float64", device)
+    cached, _ = greedy(rt, list(case.prompt), case.budget)
+    uncached, _ = greedy(rt.with_options(cached=False), list(case.prompt), case.budget)
+    assert cached == uncached
+    if case.budget:
+        inp = torch.tensor([list(case.prompt)], device=rt.device)
+        gen = rt.model.generate(inp, max_new_tokens=case.budget, do_sample=False, eos_token_id=None,
+                                pad_token_id=0)
+        assert gen[0, len(case.prompt):].tolist() == cached
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(case=decode_cases(VOCAB))
+def test_uncached_speculative_is_exact(device, case):
+    rt = _runtime("CACA", "float64", device).with_options(cached=False)
+    assert_oracle_exact(rt, case)
+
+
+@pytest.mark.parametrize("pattern", ["CACA", "CCACAC"])
+def test_negative_control_attention_only_rollback_is_caught(pattern):
+    """Cropping only attention K/V leaves the conv windows advanced: the property must fail."""
+    kv_only = _runtime(pattern, "float64", "cpu", rollback="kv_only")
+
+    # No shrinking: we only need to know a counterexample exists, and shrinking it costs minutes.
+    @settings(phases=(Phase.explicit, Phase.generate), max_examples=60, database=None)
+    @given(case=decode_cases(VOCAB))
+    def prop(case):
+        assert_oracle_exact(kv_only, case)
+
+    with pytest.raises(AssertionError, match="diverged"):
+        prop()
+
+
+def test_eos_stop_is_respected():
+    rt = _runtime("CACA", "float64", "cpu")
+    prompt = [5, 6, 7]
+    ref, _ = greedy(rt, prompt, 40)
+    eos = ref[10]  # pretend the 11th greedy token is EOS
+    rt.model.config.eos_token_id = eos
+    try:
+        want, gstats = greedy(rt, prompt, 40, stop_at_eos=True)
+        got, sstats = speculative(rt, OracleProposer(prompt, ref, VOCAB), prompt, 40, 4, stop_at_eos=True)
+    finally:
+        rt.model.config.eos_token_id = 2
+    assert want == ref[: ref.index(eos) + 1]
+    assert got == want and sstats.stopped_at_eos and gstats.stopped_at_eos
