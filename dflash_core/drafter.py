@@ -1,0 +1,202 @@
+"""The DFlash block drafter, conditioned on target hidden states (upstream z-lab/dflash design).
+
+* Taps: the outputs of a few target layers (residual stream, before the final norm) are concatenated,
+  fused by `fc` (n_taps*H -> H, no bias) and an RMSNorm.
+* KV injection: in every drafter layer, keys/values are [that layer's k/v projection of the fused context |
+  its k/v projection of the block]. Queries come from the block only. Context rows never pass through
+  the layers; they only supply K/V.
+* The block `[anchor, MASK x B]` attends non-causally to itself and to all context rows. Each MASK
+  position predicts its own token; the anchor's output is discarded. B is the number of drafted tokens.
+* Embeddings and LM head are the target's (frozen, shared). The target vocabulary has no mask token, so
+  the drafter learns one mask embedding (a documented departure from upstream's reserved token id).
+* The drafter keeps its own cache of context K/V (`DraftState`), extended with the rows each verify keeps;
+  block K/V are never cached.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    hidden_size: int
+    vocab_size: int
+    taps: tuple[int, ...]
+    block_size: int = 4
+    num_layers: int = 1
+    num_heads: int = 4
+    intermediate_size: int = 512
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["taps"] = list(self.taps)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DrafterConfig":
+        d = dict(d)
+        d["taps"] = tuple(d["taps"])
+        return cls(**d)
+
+
+def default_taps(num_target_layers: int, n: int) -> tuple[int, ...]:
+    """Upstream's rule: n layer ids spread evenly from layer 1 to layer L-3 (n=1: the middle layer)."""
+    if n == 1:
+        return (num_target_layers // 2,)
+    lo, hi = 1, max(1, num_target_layers - 3)
+    return tuple(int(round(lo + (hi - lo) * i / (n - 1))) for i in range(n))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+
+
+def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding on [..., T, D] at integer positions `pos` [T] (or [N, T])."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = pos.to(torch.float32).unsqueeze(-1) * inv  # [..., T, D/2]
+    while ang.dim() < x.dim():
+        ang = ang.unsqueeze(-3)
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class DrafterLayer(nn.Module):
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        h, nh, hd = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+        self.cfg = cfg
+        self.in_norm = RMSNorm(h, cfg.norm_eps)
+        self.q = nn.Linear(h, nh * hd, bias=False)
+        self.k = nn.Linear(h, nh * hd, bias=False)
+        self.v = nn.Linear(h, nh * hd, bias=False)
+        self.o = nn.Linear(nh * hd, h, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.norm_eps)
+        self.k_norm = RMSNorm(hd, cfg.norm_eps)
+        self.mlp_norm = RMSNorm(h, cfg.norm_eps)
+        self.gate = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.up = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
+
+    def _heads(self, x):  # [N, T, nh*hd] -> [N, nh, T, hd]
+        n, t, _ = x.shape
+        return x.view(n, t, self.cfg.num_heads, self.cfg.head_dim).transpose(1, 2)
+
+    def context_kv(self, fused: torch.Tensor, pos: torch.Tensor):
+        """K/V of fused context rows [N, T, H] at positions `pos` (the KV injection)."""
+        k = rope(self.k_norm(self._heads(self.k(fused))), pos, self.cfg.rope_theta)
+        v = self._heads(self.v(fused))
+        return k, v
+
+    def forward(self, x, pos, ctx_k, ctx_v, mask=None):
+        """x: block hidden [N, Tb, H] at positions `pos`; attends to context K/V and to the whole block."""
+        hx = self.in_norm(x)
+        q = rope(self.q_norm(self._heads(self.q(hx))), pos, self.cfg.rope_theta)
+        k = rope(self.k_norm(self._heads(self.k(hx))), pos, self.cfg.rope_theta)
+        v = self._heads(self.v(hx))
+        k = torch.cat([ctx_k, k], dim=2)
+        v = torch.cat([ctx_v, v], dim=2)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+        n, _, t, _ = att.shape
+        x = x + self.o(att.transpose(1, 2).reshape(n, t, -1))
+        hm = self.mlp_norm(x)
+        return x + self.down(F.silu(self.gate(hm)) * self.up(hm))
+
+
+class DFlashDrafter(nn.Module):
+    """Drafts B tokens per block from the target's fused hidden states. Embedding and head are passed in."""
+
+    def __init__(self, cfg: DrafterConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.fc = nn.Linear(len(cfg.taps) * cfg.hidden_size, cfg.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps)
+        self.mask_embedding = nn.Parameter(torch.randn(cfg.hidden_size) * 0.02)
+        self.layers = nn.ModuleList([DrafterLayer(cfg) for _ in range(cfg.num_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps)
+
+    def fuse(self, taps: torch.Tensor) -> torch.Tensor:
+        return self.hidden_norm(self.fc(taps))
+
+    def block_input(self, anchors: torch.Tensor, embed: nn.Module) -> torch.Tensor:
+        """[N] anchor ids -> [N, B+1, H]: the anchor's embedding followed by B mask embeddings."""
+        a = embed(anchors).unsqueeze(1)
+        m = self.mask_embedding.to(a.dtype).expand(a.shape[0], self.cfg.block_size, -1)
+        return torch.cat([a, m], dim=1)
+
+    def run_block(self, x, pos, ctx, mask=None):
+        """ctx: list of (k, v) per layer. Returns final-normed hidden rows of the B mask positions."""
+        for layer, (ck, cv) in zip(self.layers, ctx):
+            x = layer(x, pos, ck, cv, mask)
+        return self.final_norm(x[:, 1:])
+
+
+class DraftState:
+    """Incremental drafter context: per-layer context K/V for the committed rows seen so far."""
+
+    def __init__(self, drafter: DFlashDrafter):
+        self.drafter = drafter
+        self.length = 0
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    @torch.inference_mode()
+    def extend(self, taps: torch.Tensor) -> None:
+        """Append context rows [n, n_taps*H] at the next positions."""
+        if taps is None or taps.shape[0] == 0:
+            return
+        d = self.drafter
+        p = next(d.parameters())
+        fused = d.fuse(taps.to(p.dtype).to(p.device).unsqueeze(0))
+        pos = torch.arange(self.length, self.length + taps.shape[0], device=p.device)
+        new = [layer.context_kv(fused, pos) for layer in d.layers]
+        if self.kv is None:
+            self.kv = new
+        else:
+            self.kv = [(torch.cat([k, nk], 2), torch.cat([v, nv], 2)) for (k, v), (nk, nv) in zip(self.kv, new)]
+        self.length += taps.shape[0]
+
+    @torch.inference_mode()
+    def draft(self, anchor: int, embed: nn.Module, head: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits [B, V] and hidden rows [B, H] for the block anchored at the next position."""
+        d = self.drafter
+        p = next(d.parameters())
+        x = d.block_input(torch.tensor([anchor], device=p.device), embed).to(p.dtype)
+        pos = torch.arange(self.length, self.length + d.cfg.block_size + 1, device=p.device)
+        ctx = self.kv if self.kv is not None else [
+            (x.new_zeros(1, d.cfg.num_heads, 0, d.cfg.head_dim),) * 2 for _ in d.layers]
+        hidden = d.run_block(x, pos, ctx)[0]
+        return head(hidden.to(head.weight.dtype)), hidden
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def init_drafter(cfg: DrafterConfig, seed: int) -> DFlashDrafter:
+    torch.manual_seed(seed)
+    d = DFlashDrafter(cfg)
+    for name, p in d.named_parameters():
+        if p.dim() == 2:
+            nn.init.normal_(p, std=1.0 / math.sqrt(p.shape[1]))
+    return d

@@ -1,0 +1,17 @@
+"""01 dflash: parallel block argmax of the DFlash drafter."""
+
+from __future__ import annotations
+
+from . import MethodInfo, register
+from .common import BlockProposer
+
+
+class DFlashProposer(BlockProposer):
+    def select(self, logits, hidden, prefix, k):
+        return logits[:k].argmax(dim=-1).tolist(), 0, {}
+
+
+register(MethodInfo(
+    index=1, id="dflash", label="DFlash", mechanism="parallel block argmax", complexity="parallel draft + verify",
+    build=DFlashProposer,
+    stages=("fuse target taps", "draft block [anchor, MASK x B]", "argmax per position", "verify in one pass")))

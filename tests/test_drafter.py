@@ -1,0 +1,112 @@
+"""DFlash drafter: shapes, the incremental context cache, and the training block mask."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dflash_core.drafter import DrafterConfig, DraftState, default_taps, init_drafter
+from dflash_core.train import block_loss
+
+H, V, B = 32, 50, 4
+
+
+@pytest.fixture(scope="module")
+def parts():
+    torch.manual_seed(0)
+    cfg = DrafterConfig(hidden_size=H, vocab_size=V, taps=(0, 2), block_size=B, num_layers=2, num_heads=4,
+                        intermediate_size=64)
+    d = init_drafter(cfg, seed=1).double().eval()
+    embed = torch.nn.Embedding(V, H).double()
+    head = torch.nn.Linear(H, V, bias=False).double()
+    feats = torch.randn(20, 2 * H, dtype=torch.float64)
+    toks = torch.randint(0, V, (20,))
+    return d, embed, head, feats, toks
+
+
+def test_default_taps_follow_upstream_rule():
+    assert default_taps(16, 1) == (8,)
+    assert default_taps(16, 3) == (1, 7, 13)
+    assert default_taps(16, 4) == (1, 5, 9, 13)
+    assert default_taps(6, 2) == (1, 3)
+
+
+def test_draft_shapes(parts):
+    d, embed, head, feats, toks = parts
+    st = DraftState(d)
+    st.extend(feats[:7])
+    logits, hidden = st.draft(int(toks[7]), embed, head)
+    assert logits.shape == (B, V) and hidden.shape == (B, H)
+    assert st.length == 7
+
+
+def test_incremental_extend_equals_one_shot(parts):
+    d, embed, head, feats, toks = parts
+    a, b = DraftState(d), DraftState(d)
+    a.extend(feats[:12])
+    for lo, hi in ((0, 3), (3, 4), (4, 12)):
+        b.extend(feats[lo:hi])
+    la, _ = a.draft(int(toks[12]), embed, head)
+    lb, _ = b.draft(int(toks[12]), embed, head)
+    torch.testing.assert_close(la, lb, rtol=0, atol=1e-12)
+
+
+def _masked_logits(d, embed, head, feats, toks, anchors):
+    """The training path: all anchors of one sequence in one masked forward."""
+    with torch.no_grad():
+        fused = d.fuse(feats.unsqueeze(0))
+        T = feats.shape[0]
+        ctx = [layer.context_kv(fused, torch.arange(T).view(1, T)) for layer in d.layers]
+        anc = torch.tensor([anchors])
+        M = len(anchors)
+        pos = (anc.unsqueeze(-1) + torch.arange(B + 1)).view(1, -1)
+        x = torch.cat([d.block_input(toks[a].view(1), embed) for a in anchors], dim=1)
+        q_blk = torch.arange(M).repeat_interleave(B + 1)
+        ctx_ok = torch.arange(T).view(1, 1, T) < anc.repeat_interleave(B + 1, dim=1).unsqueeze(-1)
+        blk_ok = (q_blk.view(-1, 1) == q_blk.view(1, -1)).unsqueeze(0)
+        mask = torch.cat([ctx_ok, blk_ok], -1).unsqueeze(1)
+        h = x
+        for layer, (ck, cv) in zip(d.layers, ctx):
+            h = layer(h, pos, ck, cv, mask)
+        h = d.final_norm(h).view(M, B + 1, -1)[:, 1:]
+        return head(h)
+
+
+def test_training_mask_matches_inference(parts):
+    """Each block sees exactly the context rows before its anchor and its own rows, as at inference."""
+    d, embed, head, feats, toks = parts
+    anchors = [2, 9, 15]
+    masked = _masked_logits(d, embed, head, feats, toks, anchors)
+    for m, a in enumerate(anchors):
+        st = DraftState(d)
+        st.extend(feats[:a])
+        want, _ = st.draft(int(toks[a]), embed, head)
+        torch.testing.assert_close(masked[m], want, rtol=0, atol=1e-10)
+
+
+def test_future_context_does_not_leak(parts):
+    d, embed, head, feats, toks = parts
+    base = _masked_logits(d, embed, head, feats, toks, [6])
+    changed = feats.clone()
+    changed[6:] = torch.randn_like(changed[6:])
+    torch.testing.assert_close(_masked_logits(d, embed, head, changed, toks, [6]), base, rtol=0, atol=0)
+
+
+def test_block_attends_non_causally(parts):
+    """The first MASK row sees the later MASK rows: dropping them changes it (a causal block would not)."""
+    d, embed, head, feats, toks = parts
+    st = DraftState(d)
+    st.extend(feats[:5])
+    x = d.block_input(toks[5].view(1), embed)
+    pos = torch.arange(5, 5 + B + 1)
+    with torch.no_grad():
+        full = d.run_block(x, pos, st.kv)[0, 0]
+        short = d.run_block(x[:, :2], pos[:2], st.kv)[0, 0]
+    assert (full - short).abs().max() > 1e-6
+
+
+def test_block_loss_decreases_position_weighting(parts):
+    d, embed, head, feats, toks = parts
+    loss, acc = block_loss(d, embed, head, toks.view(1, -1), feats.unsqueeze(0), torch.tensor([[3, 8]]), gamma=4.0)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    assert acc.shape == (B,)

@@ -1,0 +1,113 @@
+"""prepare: deterministic artifacts, verified on load; bad artifacts refused with the file and the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dflash_core.errors import ArtifactError
+from dflash_core.prepare import DRAFTER_FILE, PrepareConfig, load_prepared, prepare
+from dflash_core.target import load_target
+from dflash_core.testing import TinySpec, build_tiny
+from dflash_core.train import TrainConfig
+
+TINY_PREP = PrepareConfig(traj_tokens=24, random_seeds=12, n_taps=2, block_size=4, drafter_heads=4,
+                          train=TrainConfig(steps=20, batch_sequences=4, anchors_per_sequence=4))
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny") / "ckpt"
+    build_tiny(TinySpec(dtype="float32", pattern="CCACAC")).save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def prepared_home(tiny_dir, tmp_path_factory):
+    home = tmp_path_factory.mktemp("home")
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    out = prepare(str(tiny_dir), home=home, cfg=TINY_PREP, rt=rt, progress=False)
+    return home, out
+
+
+def test_prepare_is_deterministic(tiny_dir, prepared_home, tmp_path):
+    home, out = prepared_home
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    out2 = prepare(str(tiny_dir), home=tmp_path, cfg=TINY_PREP, rt=rt, progress=False)
+    m1 = json.loads((out / "manifest.json").read_text())
+    m2 = json.loads((out2 / "manifest.json").read_text())
+    assert m1["files"] == m2["files"]
+    assert m1["files"][DRAFTER_FILE]["bytes"] > 0
+
+
+def test_prepare_reuses_verified_artifacts(tiny_dir, prepared_home):
+    home, out = prepared_home
+    before = (out / "manifest.json").read_text()
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    assert prepare(str(tiny_dir), home=home, cfg=TINY_PREP, rt=rt, progress=False) == out
+    assert (out / "manifest.json").read_text() == before
+
+
+def _copy_home(src_home, dst):
+    import shutil
+
+    shutil.copytree(src_home, dst)
+    return dst
+
+
+def test_flipped_byte_is_refused(tiny_dir, prepared_home, tmp_path):
+    home = _copy_home(prepared_home[0], tmp_path / "h")
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    out = next((home / "artifacts").iterdir())
+    data = bytearray((out / DRAFTER_FILE).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (out / DRAFTER_FILE).write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match=r"drafter\.pt fails its SHA-256 check.*--refresh"):
+        load_prepared(rt, home=home)
+
+
+def test_truncated_file_is_refused(tiny_dir, prepared_home, tmp_path):
+    home = _copy_home(prepared_home[0], tmp_path / "h")
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    out = next((home / "artifacts").iterdir())
+    data = (out / DRAFTER_FILE).read_bytes()
+    (out / DRAFTER_FILE).write_bytes(data[:-10])
+    with pytest.raises(ArtifactError, match=r"drafter\.pt has \d+ bytes.*truncated.*--refresh"):
+        load_prepared(rt, home=home)
+
+
+def test_wrong_target_is_refused(prepared_home, tmp_path):
+    home = _copy_home(prepared_home[0], tmp_path / "h")
+    other = tmp_path / "other"
+    build_tiny(TinySpec(dtype="float32", pattern="CCACAC", seed=99)).save_pretrained(other)
+    rt = load_target(str(other), "cpu", "float32")
+    # point the other target at the first target's artifact directory
+    src = next((home / "artifacts").iterdir())
+    from dflash_core.artifacts import artifact_dir, target_identity
+
+    src.rename(artifact_dir(target_identity(rt), home))
+    with pytest.raises(ArtifactError, match="prepared for another target.*--refresh"):
+        load_prepared(rt, home=home)
+
+
+def test_missing_method_artifact_names_prepare(tiny_dir, prepared_home):
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    with pytest.raises(ArtifactError, match="lacks 'nope.json'.*prepare"):
+        load_prepared(rt, home=prepared_home[0], required=("nope.json",))
+
+
+@pytest.mark.exactness
+def test_dflash_on_prepared_tiny_target_is_exact(tiny_dir, prepared_home):
+    from dflash_core.decode import greedy
+    from dflash_core.runner import run_method
+
+    rt = load_target(str(tiny_dir), "cpu", "float64")
+    prep = load_prepared(load_target(str(tiny_dir), "cpu", "float32"), home=prepared_home[0])
+    prep.drafter = prep.drafter.double()
+    for prompt in ([5], [7, 8, 9, 10], list(range(3, 40))):
+        ref, _ = greedy(rt, prompt, 30)
+        for w in (1, 2, 4):
+            got, stats = run_method("dflash", rt, prep, prompt, 30, w)
+            assert got == ref
+            assert stats.draft_calls >= 1
