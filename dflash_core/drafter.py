@@ -196,7 +196,7 @@ def parameter_count(module: nn.Module) -> int:
 def init_drafter(cfg: DrafterConfig, seed: int) -> DFlashDrafter:
     torch.manual_seed(seed)
     d = DFlashDrafter(cfg)
-    for name, p in d.named_parameters():
+    for _name, p in d.named_parameters():
         if p.dim() == 2:
             nn.init.normal_(p, std=1.0 / math.sqrt(p.shape[1]))
     return d

@@ -12,12 +12,21 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from .artifacts import (artifact_dir, file_entry, read_manifest, target_identity, torch_bytes, write_atomic,
-                        write_json_atomic, write_manifest)
+from .artifacts import (
+    artifact_dir,
+    file_entry,
+    read_manifest,
+    target_identity,
+    torch_bytes,
+    write_atomic,
+    write_json_atomic,
+    write_manifest,
+)
 from .errors import ArtifactError
 from .train import TrainConfig
 

@@ -7,8 +7,9 @@ their prepare fitters); nothing else happens at import.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import UnknownMethodError
 
@@ -53,4 +54,4 @@ def speculative_ids() -> list[str]:
     return [i for i in method_ids() if METHODS[i].build is not None]
 
 
-from . import normal, dflash  # noqa: E402,F401  (registration order = index order)
+from . import dflash, normal  # noqa: E402,F401  (registration order = index order)

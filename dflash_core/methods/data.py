@@ -1,0 +1,73 @@
+"""Training data for the methods' auxiliary heads and fits, built once from the teacher trajectories.
+
+For each trajectory and anchor position a (the last committed token), the drafter is run exactly as at
+inference (context = target taps of rows < a); we keep its logits' top-K, its hidden rows, the fused
+context vector of the last context row, the previous token and the true next B tokens (labels).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..drafter import DraftState
+from ..train import trajectory_taps
+
+
+@dataclass
+class DraftExamples:
+    anchors: list[tuple[int, int]]  # (trajectory index, anchor position)
+    prev: torch.Tensor  # [N] anchor token id (the last committed token)
+    labels: torch.Tensor  # [N, B] true next B tokens (teacher greedy continuation)
+    topk_ids: torch.Tensor  # [N, B, K]
+    topk_vals: torch.Tensor  # [N, B, K] drafter logits of those ids
+    logits: torch.Tensor | None  # [N, B, V] full drafter logits (only when asked; memory heavy)
+    hidden: torch.Tensor  # [N, B, H] drafter hidden rows
+    context: torch.Tensor  # [N, H] fused target feature of the last context row (the "context vector")
+    target_logits: torch.Tensor | None  # [N, B, K] target logits of the top-K ids at the B positions
+
+
+@torch.no_grad()
+def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool = False,
+                   with_target: bool = True, max_examples: int | None = None) -> DraftExamples:
+    """Run the drafter at every `stride`-th continuation anchor of every trajectory (train data only)."""
+    rt, drafter = ctx.rt, ctx.drafter
+    B = drafter.cfg.block_size
+    embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+    out = {k: [] for k in ("prev", "labels", "ids", "vals", "logits", "hidden", "context", "tgt")}
+    anchors = []
+    for ti, (seq, plen) in enumerate(zip(ctx.trajectories, ctx.prompt_lens)):
+        taps = trajectory_taps(rt, seq, drafter.cfg.taps)
+        tlog = None
+        if with_target:
+            ids_t = torch.tensor([seq], device=rt.device)
+            tlog = rt.model(input_ids=ids_t, use_cache=False).logits[0].float().cpu()
+        for a in range(max(plen, 1), len(seq) - B, stride):
+            st = DraftState(drafter)
+            st.extend(taps[:a])
+            lg, hid = st.draft(seq[a], embed, head)
+            lg = lg.float().cpu()
+            v, i = torch.topk(lg, top_k, dim=-1)
+            anchors.append((ti, a))
+            out["prev"].append(seq[a])
+            out["labels"].append(torch.tensor(seq[a + 1:a + 1 + B]))
+            out["ids"].append(i)
+            out["vals"].append(v)
+            out["hidden"].append(hid.float().cpu())
+            fused = drafter.fuse(taps[a - 1:a].to(next(drafter.parameters()).dtype))[0]
+            out["context"].append(fused.float().cpu())
+            if keep_full_logits:
+                out["logits"].append(lg)
+            if tlog is not None:
+                # target logits at rows a..a+B-1 predict tokens a+1..a+B: gather the drafter's candidates
+                out["tgt"].append(tlog[a:a + B].gather(1, i))
+            if max_examples and len(anchors) >= max_examples:
+                break
+        if max_examples and len(anchors) >= max_examples:
+            break
+    return DraftExamples(
+        anchors=anchors, prev=torch.tensor(out["prev"]), labels=torch.stack(out["labels"]),
+        topk_ids=torch.stack(out["ids"]), topk_vals=torch.stack(out["vals"]),
+        logits=torch.stack(out["logits"]) if keep_full_logits else None, hidden=torch.stack(out["hidden"]),
+        context=torch.stack(out["context"]), target_logits=torch.stack(out["tgt"]) if with_target else None)
