@@ -46,6 +46,8 @@ class PrepareConfig:
     drafter_heads: int = 4
     drafter_intermediate: int | None = None  # None: 2 x target hidden
     train: TrainConfig = field(default_factory=TrainConfig)
+    aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
+    aux_max_examples: int | None = None  # cap on draft examples used by the fits (None: all)
     threads: int = 2
     seed: int = 7
 

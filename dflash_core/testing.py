@@ -84,3 +84,13 @@ def build_real_350m(dtype: str = "float32", seed: int = 0):
     finally:
         torch.set_default_dtype(prev)
     return model.eval()
+
+
+def tiny_prepare_config():
+    """A prepare configuration that runs every step and fitter in seconds (for tests only)."""
+    from .prepare import PrepareConfig
+    from .train import TrainConfig
+
+    return PrepareConfig(traj_tokens=24, random_seeds=12, n_taps=2, block_size=4, drafter_heads=4,
+                         train=TrainConfig(steps=20, batch_sequences=4, anchors_per_sequence=4),
+                         aux_steps=10, aux_max_examples=64)

@@ -7,13 +7,11 @@ import json
 import pytest
 
 from dflash_core.errors import ArtifactError
-from dflash_core.prepare import DRAFTER_FILE, PrepareConfig, load_prepared, prepare
+from dflash_core.prepare import DRAFTER_FILE, load_prepared, prepare
 from dflash_core.target import load_target
-from dflash_core.testing import TinySpec, build_tiny
-from dflash_core.train import TrainConfig
+from dflash_core.testing import TinySpec, build_tiny, tiny_prepare_config
 
-TINY_PREP = PrepareConfig(traj_tokens=24, random_seeds=12, n_taps=2, block_size=4, drafter_heads=4,
-                          train=TrainConfig(steps=20, batch_sequences=4, anchors_per_sequence=4))
+TINY_PREP = tiny_prepare_config()
 
 
 @pytest.fixture(scope="module")

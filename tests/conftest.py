@@ -1,0 +1,48 @@
+"""Shared fixtures: a tiny prepared target (fast, every fitter runs in miniature) and the mini target."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from dflash_core.testing import tiny_prepare_config
+
+TINY_PREP = tiny_prepare_config()
+
+
+@dataclass
+class PreparedTarget:
+    rt: Any  # runtime the tests decode with
+    prepared: Any  # artifacts loaded onto rt's device and dtype
+    home: Any
+    path: Any
+
+
+@pytest.fixture(scope="session")
+def tiny_prepared(tmp_path_factory) -> PreparedTarget:
+    """A tiny hybrid LFM2 saved to disk, prepared with every fitter, loaded back in float64 (strict)."""
+    from dflash_core.prepare import load_prepared, prepare
+    from dflash_core.target import load_target
+    from dflash_core.testing import TinySpec, build_tiny
+
+    root = tmp_path_factory.mktemp("tiny-prepared")
+    ckpt = root / "ckpt"
+    build_tiny(TinySpec(dtype="float32", pattern="CCACAC")).save_pretrained(ckpt)
+    home = root / "home"
+    rt32 = load_target(str(ckpt), "cpu", "float32")
+    prepare(str(ckpt), home=home, cfg=TINY_PREP, rt=rt32, progress=False)
+    rt64 = load_target(str(ckpt), "cpu", "float64")
+    return PreparedTarget(rt=rt64, prepared=load_prepared(rt64, home=home), home=home, path=ckpt)
+
+
+@pytest.fixture(scope="session")
+def mini_prepared() -> PreparedTarget:
+    """The embedded mini target with its real artifacts (built once into DFLASH_HOME, then reused)."""
+    from dflash_core.prepare import load_prepared, prepare
+    from dflash_core.target import load_target
+
+    path = prepare("mini", progress=False)
+    rt = load_target("mini", "cpu", "float32")
+    return PreparedTarget(rt=rt, prepared=load_prepared(rt), home=None, path=path)
