@@ -37,6 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-check", action="store_true", help="skip the greedy reference comparison")
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")
     sub.add_parser("methods", help="list the method registry")
+    c = sub.add_parser("check", help="device check: CUDA, name, memory, capability, versions, FP16 matmul")
+    c.add_argument("--device", default="cuda")
+    b = sub.add_parser("bench", help="prepare what is missing, run the benchmark matrix, write reports/<device>/")
+    b.add_argument("--target", default="mini")
+    b.add_argument("--device", default="cpu")
+    b.add_argument("--dtype", default="auto")
+    b.add_argument("--smoke", action="store_true", help="1 prompt, 8 tokens, 1 round")
+    b.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     return ap
 
 
@@ -112,6 +120,25 @@ def cmd_run(a) -> int:
     return 0
 
 
+def cmd_bench(a) -> int:
+    """The main job: pytest benchmarks with autosave; the report plugin writes reports/<device>/."""
+    import pytest
+
+    from .prepare import prepare
+
+    if a.target == "mini" or a.device == "cpu":
+        prepare(a.target)
+    dev = a.device.split(":")[0]
+    args = ["benchmarks", "-p", "no:cacheprovider", "--benchmark-autosave",
+            f"--benchmark-storage=file://.benchmarks/{dev}", "--benchmark-columns=median,iqr,rounds",
+            "--benchmark-sort=name", f"--target={a.target}", f"--device={a.device}", f"--dtype={a.dtype}"]
+    if a.smoke:
+        args.append("--smoke")
+    rc = int(pytest.main(args + list(a.pytest_args)))
+    print(f"report: reports/{dev}/index.html (report.html, benchmark.json)", file=sys.stderr)
+    return rc
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
@@ -119,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_methods()
         if a.cmd == "prepare":
             return cmd_prepare(a)
+        if a.cmd == "check":
+            from .devicecheck import device_check
+
+            print(json.dumps(device_check(a.device), indent=2))
+            return 0
+        if a.cmd == "bench":
+            return cmd_bench(a)
         return cmd_run(a)
     except DFlashError as exc:
         print(f"error: {exc}", file=sys.stderr)

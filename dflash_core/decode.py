@@ -142,8 +142,13 @@ def greedy(runtime: TargetRuntime, prompt_ids: Sequence[int], max_new_tokens: in
 
 
 def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence[int], max_new_tokens: int,
-                width: int, *, method: str = "speculative", stop_at_eos: bool = False) -> tuple[list[int], DecodeStats]:
-    """Draft-verify-accept loop. Each target call commits accepted + 1 tokens (correction or bonus)."""
+                width: int, *, method: str = "speculative", stop_at_eos: bool = False,
+                trace: list | None = None) -> tuple[list[int], DecodeStats]:
+    """Draft-verify-accept loop. Each target call commits accepted + 1 tokens (correction or bonus).
+
+    With `trace` (a list), one dict per verify round is appended: the draft, how many were accepted and
+    the committed correction/bonus token (the report's mechanism explorer replays these).
+    """
     n = _check_budget(max_new_tokens)
     cap = getattr(proposer, "max_width", None)
     if isinstance(width, bool) or not isinstance(width, int) or width < 1 or (cap is not None and width > cap):
@@ -194,6 +199,8 @@ def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence
                 stats.position_accepted[i] += int(i < a)
             out.extend(drafts[:a])
             out.append(g[a])  # the correction, or after full acceptance the bonus token
+            if trace is not None:
+                trace.append({"draft": drafts, "accepted": a, "token": g[a], "bonus": a == len(drafts)})
             proposer.observe(step.hidden[: a + 1] if step.hidden is not None else None)
             if eos is not None and eos in out[-(a + 1):]:
                 break

@@ -1,0 +1,363 @@
+"""The benchmark's working parts, kept out of the pytest files so they stay small and testable.
+
+A `BenchSession` is built once per pytest session: it loads the target, verifies (or prepares) the
+artifacts, encodes the held-out benchmark prompts, computes the greedy references, and runs every
+calibration on the calibration prompts only. `measure_pair` times one method against `normal` in
+interleaved rounds so the speedup is paired inside the run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .decode import greedy, speculative
+from .device import synchronize
+from .exactness import classify
+
+ENV_KNOBS = {  # environment variable -> BenchConfig field (each has a pytest option twin)
+    "DFLASH_THREADS": "threads",
+    "DFLASH_TOKENS": "tokens",
+    "DFLASH_REPEATS": "rounds",
+    "DFLASH_PROMPT_LIMIT": "prompt_limit",
+    "DFLASH_CALIBRATION_TOKENS": "calibration_tokens",
+    "DFLASH_CALIBRATION_PROMPT_LIMIT": "calibration_prompt_limit",
+}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    target: str = "mini"
+    device: str = "cpu"
+    dtype: str = "auto"
+    tokens: int = 64
+    prompt_limit: int = 6
+    rounds: int = 3
+    calibration_tokens: int = 24
+    calibration_prompt_limit: int = 3
+    calibration_repeats: int = 2
+    threads: int = 2
+    seed: int = 0
+    smoke: bool = False
+    tune: bool = False
+    references: bool = True
+
+    def sized(self) -> "BenchConfig":
+        """--smoke: 1 prompt, 8 tokens, 1 round (and the smallest calibration)."""
+        if not self.smoke:
+            return self
+        from dataclasses import replace
+
+        return replace(self, tokens=8, prompt_limit=1, rounds=1, calibration_tokens=8, calibration_prompt_limit=1,
+                       calibration_repeats=1)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def env_overrides() -> dict:
+    out: dict[str, Any] = {}
+    for var, fld in ENV_KNOBS.items():
+        if os.environ.get(var):
+            try:
+                out[fld] = int(os.environ[var])
+            except ValueError as exc:
+                from .errors import BadInputError
+
+                raise BadInputError(f"{var}={os.environ[var]!r} is not an integer") from exc
+    return out
+
+
+def _median_iqr(xs: list[float]) -> tuple[float, float]:
+    if not xs:
+        return 0.0, 0.0
+    if len(xs) == 1:
+        return xs[0], 0.0
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return statistics.median(xs), q[2] - q[0]
+
+
+@dataclass
+class BenchSession:
+    cfg: BenchConfig
+    rt: Any
+    prepared: Any
+    family: str
+    prompts: list[str]
+    prompt_ids: list[list[int]]
+    references: list[list[int]]
+    margins: list[list[float]]
+    calibration: dict = field(default_factory=dict)  # method -> calibration record (with "selected")
+    options: dict = field(default_factory=dict)  # method -> proposer options chosen by calibration
+    tuned_widths: dict = field(default_factory=dict)
+    traces: dict = field(default_factory=dict)
+
+    @property
+    def block_size(self) -> int:
+        return int(self.prepared.drafter.cfg.block_size)
+
+
+def open_session(cfg: BenchConfig) -> BenchSession:
+    """Load, prepare, encode, reference and calibrate. Calibration never sees benchmark prompts."""
+    import torch
+
+    from .data import check_disjoint, load_prompts
+    from .prepare import family_for, load_prepared, prepare
+    from .target import load_target
+
+    cfg = cfg.sized()
+    torch.set_num_threads(cfg.threads)
+    if cfg.target == "mini" or cfg.device == "cpu":
+        prepare(cfg.target, progress=False)
+    else:  # artifacts are prepared on CPU float32 from the same checkpoint
+        prepare(cfg.target, progress=False)
+    rt = load_target(cfg.target, cfg.device, cfg.dtype)
+    prepared = load_prepared(rt)
+    from .prepare import PrepareConfig
+
+    family = family_for(rt, PrepareConfig())
+    ps = load_prompts(family)
+    check_disjoint({"train": ps.train, "calibration": ps.calibration, "benchmark": ps.benchmark})
+    prompts = list(ps.benchmark[: cfg.prompt_limit])
+    ids = [rt.encode(p) for p in prompts]
+    refs, margins = [], []
+    for p in ids:
+        r, st = greedy(rt, p, cfg.tokens, record_margins=True)
+        refs.append(r)
+        margins.append(st.margins)
+    sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
+    calibrate_all(sess, list(ps.calibration[: cfg.calibration_prompt_limit]))
+    return sess
+
+
+# method id -> function(session, calibration prompt texts) -> record with "selected" (proposer options)
+CALIBRATORS: dict[str, Any] = {}
+
+
+def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
+    from .data import refuse_benchmark
+
+    refuse_benchmark(cal_texts, sess.family, "calibration")
+    for mid, fn in CALIBRATORS.items():
+        t0 = time.perf_counter()
+        rec = fn(sess, cal_texts)
+        rec["seconds"] = time.perf_counter() - t0
+        sess.calibration[mid] = rec
+        sess.options[mid] = dict(rec.get("selected_options", rec.get("selected", {})))
+
+
+def decode_all(sess: BenchSession, method: str, width: int, trace: list | None = None):
+    """Decode every benchmark prompt once; returns (outputs, stats list, wall seconds summed)."""
+    from .runner import run_method
+
+    outs, stats = [], []
+    for i, p in enumerate(sess.prompt_ids):
+        ids, st = run_method(method, sess.rt, sess.prepared, p, sess.cfg.tokens, width if method != "normal" else None,
+                             trace=trace if i == 0 else None, **sess.options.get(method, {}))
+        outs.append(ids)
+        stats.append(st)
+    return outs, stats, sum(s.wall_seconds for s in stats)
+
+
+def verdicts(sess: BenchSession, outs: list[list[int]]) -> list[str]:
+    return [classify(o, r, m, sess.rt.dtype).kind for o, r, m in zip(outs, sess.references, sess.margins)]
+
+
+def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[list], normal_walls: list[float],
+              method_walls: list[float], kinds: list[str]) -> dict:
+    """Plain-number metrics for extra_info (no numpy scalars, no NaN)."""
+    flat = [s for rnd in stats_rounds for s in rnd]
+    toks = sum(s.new_tokens for s in stats_rounds[0])
+    tps = [toks / w for w in method_walls if w > 0]
+    ntps = [toks / w for w in normal_walls if w > 0]
+    ratios = [n / m for n, m in zip(normal_walls, method_walls) if m > 0]
+    sp, sp_iqr = _median_iqr(ratios)
+    t_med, t_iqr = _median_iqr(tps)
+    n_med, _ = _median_iqr(ntps)
+    first = stats_rounds[0]
+    hist = [0] * (max(len(s.accept_counts) for s in first))
+    for s in first:
+        for i, c in enumerate(s.accept_counts):
+            hist[i] += c
+    pp = [0] * max((len(s.position_proposed) for s in first), default=0)
+    pa = [0] * len(pp)
+    for s in first:
+        for i, (p, a) in enumerate(zip(s.position_proposed, s.position_accepted)):
+            pp[i] += p
+            pa[i] += a
+    proposed = sum(s.proposed for s in first)
+    accepted = sum(s.accepted for s in first)
+    calls = sum(s.target_calls for s in first)
+    wall = sum(s.wall_seconds for s in flat)
+    info = {
+        "method": method, "device": str(sess.rt.device.type), "dtype": str(sess.rt.dtype).replace("torch.", ""),
+        "width": int(width), "prompts": len(sess.prompt_ids), "tokens_per_prompt": sess.cfg.tokens,
+        "rounds": len(method_walls), "new_tokens": int(toks),
+        "tokens_per_second": float(t_med), "tokens_per_second_iqr": float(t_iqr),
+        "normal_tokens_per_second": float(n_med),
+        "speedup": float(sp), "speedup_iqr": float(sp_iqr), "speedup_rounds": [float(r) for r in ratios],
+        "acceptance_rate": float(accepted / proposed) if proposed else 0.0,
+        "tokens_per_target_call": float(toks / calls) if calls else 0.0,
+        "target_calls": int(calls), "draft_calls": int(sum(s.draft_calls for s in first)),
+        "proposed": int(proposed), "accepted": int(accepted),
+        "accept_histogram": [int(x) for x in hist],
+        "per_position_acceptance": [float(a / p) if p else 0.0 for a, p in zip(pa, pp)],
+        "guidance_work": int(sum(s.guidance_work for s in first)),
+        "target_seconds": float(sum(s.target_seconds for s in flat)),
+        "draft_seconds": float(sum(s.draft_seconds for s in flat)),
+        "select_seconds": float(sum(s.select_seconds for s in flat)),
+        "overhead_fraction": float(sum(s.overhead_seconds for s in flat) / wall) if wall else 0.0,
+        "exact": all(k != "diverged" for k in kinds), "verdicts": {k: kinds.count(k) for k in sorted(set(kinds))},
+        "options": {k: v for k, v in sess.options.get(method, {}).items() if isinstance(v, (int, float, str))},
+    }
+    return info
+
+
+def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, benchmark=None) -> dict:
+    """Time `method` against `normal` in `rounds` interleaved rounds (one warm-up first).
+
+    With a pytest-benchmark fixture, the method's rounds go through `benchmark.pedantic` and normal runs
+    in its untimed setup right before each round, so each round's ratio is paired.
+    """
+    normal_walls: list[float] = []
+    method_walls: list[float] = []
+    stats_rounds: list[list] = []
+    outs_holder: dict = {}
+
+    def run_normal():
+        _, _, w = decode_all(sess, "normal", 0)
+        normal_walls.append(w)
+
+    def run_method_round():
+        trace: list = []
+        outs, stats, w = decode_all(sess, method, width, trace=trace)
+        method_walls.append(w)
+        stats_rounds.append(stats)
+        outs_holder.setdefault("outs", outs)
+        outs_holder.setdefault("trace", trace)
+        synchronize(sess.rt.device)
+
+    run_normal()  # warm-up of both paths, not recorded
+    run_method_round()
+    normal_walls.clear()
+    method_walls.clear()
+    stats_rounds.clear()
+    outs_holder.clear()
+    if benchmark is not None:
+        benchmark.pedantic(run_method_round, setup=run_normal, rounds=rounds, warmup_rounds=0, iterations=1)
+    else:
+        for _ in range(rounds):
+            run_normal()
+            run_method_round()
+    kinds = verdicts(sess, outs_holder["outs"])
+    info = summarize(sess, method, width, stats_rounds, normal_walls, method_walls, kinds)
+    sess.traces[f"{method}-w{width}"] = outs_holder["trace"][:16]
+    return info
+
+
+# --- reference rows (not methods): peers and bounds measured in the same run -----------------------
+
+REFERENCES = ("generate", "prompt_lookup")
+
+
+def _generate_all(sess: BenchSession, **gen_kwargs) -> tuple[list[list[int]], float]:
+    import torch
+
+    rt = sess.rt
+    outs, wall = [], 0.0
+    pad = rt.config.pad_token_id if rt.config.pad_token_id is not None else 0
+    for p in sess.prompt_ids:
+        inp = torch.tensor([p], device=rt.device)
+        synchronize(rt.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            g = rt.model.generate(inp, max_new_tokens=sess.cfg.tokens, min_new_tokens=sess.cfg.tokens,
+                                  do_sample=False, pad_token_id=pad, **gen_kwargs)
+        synchronize(rt.device)
+        wall += time.perf_counter() - t0
+        outs.append(g[0, len(p):].tolist())
+    return outs, wall
+
+
+def reference_runner(sess: BenchSession, kind: str):
+    """A callable returning (outputs, wall seconds) for one pass over the benchmark prompts."""
+    if kind == "generate":
+        return lambda: _generate_all(sess)
+    if kind == "prompt_lookup":
+        return lambda: _generate_all(sess, prompt_lookup_num_tokens=4)
+    if kind.startswith("oracle-w"):
+        from .proposers import OracleProposer
+
+        w = int(kind[len("oracle-w"):])
+
+        def run():
+            outs, wall = [], 0.0
+            for p, ref in zip(sess.prompt_ids, sess.references):
+                ids, st = speculative(sess.rt, OracleProposer(p, ref, sess.rt.vocab_size), p, sess.cfg.tokens, w,
+                                      method="oracle")
+                outs.append(ids)
+                wall += st.wall_seconds
+            return outs, wall
+        return run
+    raise ValueError(f"unknown reference {kind!r}")
+
+
+def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None) -> dict:
+    run = reference_runner(sess, kind)
+    normal_walls, ref_walls, outs_holder = [], [], {}
+
+    def run_normal():
+        normal_walls.append(decode_all(sess, "normal", 0)[2])
+
+    def run_ref():
+        outs, w = run()
+        ref_walls.append(w)
+        outs_holder.setdefault("outs", outs)
+
+    run_normal()
+    run_ref()
+    normal_walls.clear()
+    ref_walls.clear()
+    outs_holder.clear()
+    if benchmark is not None:
+        benchmark.pedantic(run_ref, setup=run_normal, rounds=rounds, warmup_rounds=0, iterations=1)
+    else:
+        for _ in range(rounds):
+            run_normal()
+            run_ref()
+    toks = sess.cfg.tokens * len(sess.prompt_ids)
+    ratios = [n / r for n, r in zip(normal_walls, ref_walls) if r > 0]
+    sp, sp_iqr = _median_iqr(ratios)
+    tps, tps_iqr = _median_iqr([toks / w for w in ref_walls if w > 0])
+    kinds = verdicts(sess, outs_holder["outs"])
+    return {"reference": kind, "device": sess.rt.device.type, "tokens_per_second": float(tps),
+            "tokens_per_second_iqr": float(tps_iqr), "speedup": float(sp), "speedup_iqr": float(sp_iqr),
+            "speedup_rounds": [float(r) for r in ratios], "rounds": len(ref_walls),
+            "exact": all(k != "diverged" for k in kinds), "verdicts": {k: kinds.count(k) for k in set(kinds)}}
+
+
+def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) -> dict:
+    """t_verify(w) / t_decode at the first prompt's context: what a block verify costs in decode steps."""
+    rt = sess.rt
+    p = sess.prompt_ids[0] + sess.references[0][: max(0, sess.cfg.tokens // 2)]
+
+    def timed(block_len: int) -> float:
+        xs = []
+        for _ in range(calls):
+            s = rt.session(recording=True)
+            s.prefill(p[:-1])
+            blk = [p[-1]] + [p[-1]] * (block_len - 1)
+            synchronize(rt.device)
+            t0 = time.perf_counter()
+            s.verify(blk)
+            synchronize(rt.device)
+            xs.append(time.perf_counter() - t0)
+        return statistics.median(xs)
+
+    timed(1)  # warm-up
+    t1 = timed(1)
+    curve = {str(w): float(timed(w + 1) / t1) for w in widths}
+    return {"t_decode_seconds": float(t1), "ratio": curve, "calls_per_point": calls}
