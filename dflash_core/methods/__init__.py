@@ -54,4 +54,4 @@ def speculative_ids() -> list[str]:
     return [i for i in method_ids() if METHODS[i].build is not None]
 
 
-from . import dflash, normal  # noqa: E402,F401  (registration order = index order)
+from . import act, boltzmann, dflash, dspark, gated_mobs, mobs, normal, pairwise, parareal, routing  # noqa: E402,F401

@@ -59,20 +59,20 @@ MASK64 = (1 << 64) - 1
 def topk(logits, k: int):
     """Top-k per row with a documented tie rule: higher value first, then the LOWER token id first.
 
-    torch.topk's order among equal values is unspecified, so ties are broken explicitly: the values are
-    sorted stably by (-value, id) on the host for the k (+ ties at the boundary) candidates only.
-    Returns (ids [R, k] list of lists of int, values [R, k] list of lists of float).
+    torch.topk's order among equal values is unspecified, so ties are broken explicitly: every id whose
+    value is >= the row's k-th largest value is a candidate (however many tie at the boundary), and the
+    candidates are sorted on the host by (-value, id). Returns (ids [R][k], values [R][k]) as lists.
     """
     import torch
 
     k = max(1, min(int(k), logits.shape[-1]))
-    # take a few extra so a tie at the k-th place is resolved by id, not by kernel order
-    extra = min(logits.shape[-1], k + 4)
-    vals, idx = torch.topk(logits.float(), extra, dim=-1)
-    vals, idx = vals.tolist(), idx.tolist()
+    x = logits.float()
+    kth = torch.topk(x, k, dim=-1).values[..., -1:]
     ids_out, vals_out = [], []
-    for v_row, i_row in zip(vals, idx):
-        pairs = sorted(zip(v_row, i_row), key=lambda p: (-p[0], p[1]))[:k]
+    for r in range(x.shape[0]):
+        idx = torch.nonzero(x[r] >= kth[r], as_tuple=True)[0]
+        vals = x[r, idx]
+        pairs = sorted(zip(vals.tolist(), idx.tolist()), key=lambda p: (-p[0], p[1]))[:k]
         ids_out.append([p[1] for p in pairs])
         vals_out.append([p[0] for p in pairs])
     return ids_out, vals_out

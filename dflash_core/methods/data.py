@@ -43,9 +43,9 @@ def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool 
         if with_target:
             ids_t = torch.tensor([seq], device=rt.device)
             tlog = rt.model(input_ids=ids_t, use_cache=False).logits[0].float().cpu()
+        st = DraftState(drafter)  # one incremental context per trajectory: drafting never mutates it
         for a in range(max(plen, 1), len(seq) - B, stride):
-            st = DraftState(drafter)
-            st.extend(taps[:a])
+            st.extend(taps[st.length:a])
             lg, hid = st.draft(seq[a], embed, head)
             lg = lg.float().cpu()
             v, i = torch.topk(lg, top_k, dim=-1)
