@@ -133,8 +133,51 @@ def open_session(cfg: BenchConfig) -> BenchSession:
     return sess
 
 
-# method id -> function(session, calibration prompt texts) -> record with "selected" (proposer options)
-CALIBRATORS: dict[str, Any] = {}
+def _cal_ids(sess: BenchSession, texts: list[str]) -> list[list[int]]:
+    return [sess.rt.encode(t) for t in texts]
+
+
+def _cal_kwargs(sess: BenchSession, texts: list[str]) -> dict:
+    c = sess.cfg
+    return {"tokens": c.calibration_tokens, "repeats": c.calibration_repeats, "prompt_texts": texts,
+            "family": sess.family}
+
+
+def _cal_act(sess, texts):
+    from .calibrate import calibrate_act
+
+    rec = calibrate_act(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
+                        **_cal_kwargs(sess, texts))
+    return {**rec, "selected_options": dict(rec["selected"])}
+
+
+def _cal_dspark(sess, texts):
+    from .calibrate import calibrate_dspark
+
+    rec = calibrate_dspark(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
+                           **_cal_kwargs(sess, texts))
+    return {**rec, "selected_options": dict(rec["selected"])}
+
+
+def _cal_v10(sess, texts):
+    from .calibrate import calibrate_v10
+
+    rec = calibrate_v10(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
+                        **_cal_kwargs(sess, texts))
+    return {**rec, "selected_options": dict(rec["selected"])}
+
+
+def _cal_v11(sess, texts):
+    from .calibrate import calibrate_v11
+
+    rec = calibrate_v11(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
+                        **_cal_kwargs(sess, texts))
+    return {**rec, "selected_options": dict(rec["selected"])}
+
+
+# method id -> function(session, calibration prompt texts) -> record with "selected_options"
+CALIBRATORS: dict[str, Any] = {"act": _cal_act, "dspark_lite": _cal_dspark, "boltzmann_v10": _cal_v10,
+                               "gated_mobs_v11": _cal_v11}
 
 
 def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
@@ -147,6 +190,33 @@ def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
         rec["seconds"] = time.perf_counter() - t0
         sess.calibration[mid] = rec
         sess.options[mid] = dict(rec.get("selected_options", rec.get("selected", {})))
+    if "boltzmann_v10" in sess.calibration:  # V13 reuses V10's choice (T, cutoff, slope; budget fixed to 1)
+        v13 = sess.calibration["boltzmann_v10"]["v13"]
+        sess.options["minop_v13"] = dict(v13["options"])
+        sess.calibration["minop_v13"] = {"reuses": "boltzmann_v10", **v13}
+    if sess.cfg.tune:
+        tune_widths(sess, cal_texts)
+
+
+def tune_widths(sess: BenchSession, cal_texts: list[str]) -> None:
+    """--tune: each speculative method's width among 1, 2, 4 (<= B), chosen on calibration prompts."""
+    from .calibrate import calibrate
+    from .methods import get_method, speculative_ids
+
+    ids = _cal_ids(sess, cal_texts)
+    widths = sorted({min(w, sess.block_size) for w in (1, 2, 4)})
+    for mid in speculative_ids():
+        info = get_method(mid)
+        opts = sess.options.get(mid, {})
+        rows = []
+        for w in widths:
+            rec = calibrate(sess.rt, ids, sess.cfg.calibration_tokens, [{"width": w}],
+                            lambda s, info=info, opts=opts: info.build(sess.rt, sess.prepared, **opts), w,
+                            repeats=sess.cfg.calibration_repeats)
+            rows.append(rec["table"][0])
+        exact = [r for r in rows if r["all_exact"]]
+        best = max(exact, key=lambda r: (r["tokens_per_second_median"], -r["setting"]["width"]))
+        sess.tuned_widths[mid] = {"selected": best["setting"]["width"], "table": rows}
 
 
 def decode_all(sess: BenchSession, method: str, width: int, trace: list | None = None):

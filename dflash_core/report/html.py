@@ -111,7 +111,7 @@ def _refs_table(doc: dict) -> str:
 def _calibration(doc: dict) -> str:
     out = []
     for mid, rec in (doc.get("calibration") or {}).items():
-        table = rec.get("table") or rec.get("stage2") or []
+        table = rec.get("table") or (rec.get("stage2") or {}).get("table") or []
         sel = rec.get("selected") or rec.get("selected_options")
         rows = "".join(
             f"<tr><td>{html.escape(str(t.get('key', t.get('setting'))))}</td>"
