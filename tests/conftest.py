@@ -12,6 +12,13 @@ from dflash_core.testing import tiny_prepare_config
 TINY_PREP = tiny_prepare_config()
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests that use the prepared mini target carry the `mini` marker (deselected unless asked for)."""
+    for item in items:
+        if "mini_prepared" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.mini)
+
+
 @dataclass
 class PreparedTarget:
     rt: Any  # runtime the tests decode with
