@@ -127,6 +127,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     """Build (or verify) every artifact for `target`; returns the artifact directory."""
     import torch
 
+    from . import methods  # noqa: F401  (importing registers every method's fitter, refresh or not)
     from .drafter import DrafterConfig, default_taps
     from .target import load_target
     from .train import train_drafter, trajectories
