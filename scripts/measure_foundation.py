@@ -30,7 +30,7 @@ def main(tokens_350m: int = 256, reps: int = 3) -> None:
     for name, model, n in (("tiny-fp32", build_tiny(TinySpec(dtype="float32")), 64),
                            ("lfm2-350m-config-fp32", build_real_350m("float32"), 32)):
         rt = TargetRuntime.from_model(model)
-        prompt = [1] + list(range(100, 115))
+        prompt = [1] + list(range(10, 25))
         inp = torch.tensor([prompt])
         ours = lambda: greedy(rt, prompt, n)  # noqa: E731
         gen = lambda: model.generate(inp, max_new_tokens=n, min_new_tokens=n, do_sample=False,  # noqa: E731
