@@ -143,41 +143,23 @@ def _cal_kwargs(sess: BenchSession, texts: list[str]) -> dict:
             "family": sess.family}
 
 
-def _cal_act(sess, texts):
-    from .calibrate import calibrate_act
+def _calibrator(name: str):
+    """Adapter: run `calibrate.<name>` at full width on the calibration prompts; its choice becomes the options."""
 
-    rec = calibrate_act(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
-                        **_cal_kwargs(sess, texts))
-    return {**rec, "selected_options": dict(rec["selected"])}
+    def run(sess, texts):
+        from . import calibrate
 
+        rec = getattr(calibrate, name)(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
+                                       **_cal_kwargs(sess, texts))
+        return {**rec, "selected_options": dict(rec["selected"])}
 
-def _cal_dspark(sess, texts):
-    from .calibrate import calibrate_dspark
-
-    rec = calibrate_dspark(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
-                           **_cal_kwargs(sess, texts))
-    return {**rec, "selected_options": dict(rec["selected"])}
-
-
-def _cal_v10(sess, texts):
-    from .calibrate import calibrate_v10
-
-    rec = calibrate_v10(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
-                        **_cal_kwargs(sess, texts))
-    return {**rec, "selected_options": dict(rec["selected"])}
-
-
-def _cal_v11(sess, texts):
-    from .calibrate import calibrate_v11
-
-    rec = calibrate_v11(sess.rt, sess.prepared, _cal_ids(sess, texts), width=sess.block_size,
-                        **_cal_kwargs(sess, texts))
-    return {**rec, "selected_options": dict(rec["selected"])}
+    return run
 
 
 # method id -> function(session, calibration prompt texts) -> record with "selected_options"
-CALIBRATORS: dict[str, Any] = {"act": _cal_act, "dspark_lite": _cal_dspark, "boltzmann_v10": _cal_v10,
-                               "gated_mobs_v11": _cal_v11}
+CALIBRATORS: dict[str, Any] = {"act": _calibrator("calibrate_act"), "dspark_lite": _calibrator("calibrate_dspark"),
+                               "boltzmann_v10": _calibrator("calibrate_v10"),
+                               "gated_mobs_v11": _calibrator("calibrate_v11")}
 
 
 def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
