@@ -110,10 +110,7 @@ def open_session(cfg: BenchConfig) -> BenchSession:
 
     cfg = cfg.sized()
     torch.set_num_threads(cfg.threads)
-    if cfg.target == "mini" or cfg.device == "cpu":
-        prepare(cfg.target, progress=False)
-    else:  # artifacts are prepared on CPU float32 from the same checkpoint
-        prepare(cfg.target, progress=False)
+    prepare(cfg.target, progress=False)  # artifacts are built on CPU float32 whatever the benchmark device
     rt = load_target(cfg.target, cfg.device, cfg.dtype)
     prepared = load_prepared(rt)
     from .prepare import PrepareConfig
@@ -312,7 +309,26 @@ def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, bench
 
 # --- reference rows (not methods): peers and bounds measured in the same run -----------------------
 
-REFERENCES = ("generate", "prompt_lookup")
+REFERENCES = ("generate", "prompt_lookup", "assisted")
+
+
+def early_exit_assistant(rt, layers: int | None = None):
+    """An assistant for transformers' assisted decoding: the target's first `layers` layers + its norm/head.
+
+    Assisted decoding needs a second model with the target's vocabulary, and no smaller LFM2 exists for
+    the mini target (or for a random-weight 350M). A truncated copy of the target is the one assistant
+    every target has without training (self-speculative early exit); it is a peer row, not a method.
+    """
+    import copy
+
+    import torch
+
+    n = layers if layers is not None else max(1, rt.num_layers // 2)
+    m = copy.deepcopy(rt.model)
+    m.model.layers = torch.nn.ModuleList(list(m.model.layers)[:n])
+    m.config.num_hidden_layers = n
+    m.config.layer_types = list(m.config.layer_types)[:n]
+    return m.eval()
 
 
 def _generate_all(sess: BenchSession, **gen_kwargs) -> tuple[list[list[int]], float]:
@@ -340,6 +356,9 @@ def reference_runner(sess: BenchSession, kind: str):
         return lambda: _generate_all(sess)
     if kind == "prompt_lookup":
         return lambda: _generate_all(sess, prompt_lookup_num_tokens=4)
+    if kind == "assisted":
+        assistant = early_exit_assistant(sess.rt)
+        return lambda: _generate_all(sess, assistant_model=assistant)
     if kind.startswith("oracle-w"):
         from .proposers import OracleProposer
 

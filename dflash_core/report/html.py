@@ -61,6 +61,31 @@ def _methods_table(doc: dict) -> str:
             "<th>exactness</th></tr>" + "".join(rows) + "</table>")
 
 
+def _speedup_chart(doc: dict) -> str:
+    """Inline SVG: best-width speedup per method with its IQR whisker, and the 1x line (normal)."""
+    ms = sorted(doc["methods"].items(), key=lambda kv: -kv[1]["best"]["speedup"])
+    if not ms:
+        return ""
+    hi = max([m["best"]["speedup"] + m["best"]["speedup_iqr"] / 2 for _, m in ms] + [1.0]) * 1.08
+    row, left, width = 18, 150, 520
+    x = lambda v: left + width * v / hi  # noqa: E731
+    parts = [f'<line x1="{x(1):.1f}" y1="0" x2="{x(1):.1f}" y2="{row * len(ms)}" stroke="#8a9aab" '
+             'stroke-dasharray="3,3"/>']
+    for i, (mid, m) in enumerate(ms):
+        b, y = m["best"], i * row
+        col = "#5fd38d" if b["speedup"] >= 1 else "#ff8c6b"
+        lo, up = b["speedup"] - b["speedup_iqr"] / 2, b["speedup"] + b["speedup_iqr"] / 2
+        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{html.escape(mid)} w{b["width"]}</text>'
+                     f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(b["speedup"]) - left):.1f}" height="12" '
+                     f'fill="{col}"><title>{mid}: {b["speedup"]:.3f}x ± {b["speedup_iqr"]:.3f}</title></rect>'
+                     f'<line x1="{x(max(lo, 0)):.1f}" y1="{y + 9}" x2="{x(up):.1f}" y2="{y + 9}" stroke="#e6e6e6"/>'
+                     f'<text x="{x(up) + 6:.1f}" y="{y + 13}">{b["speedup"]:.2f}×</text>')
+    h = row * len(ms) + 4
+    return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
+            f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
+            '<p class=muted>bar: median paired speedup at the best width; whisker: IQR over rounds; dashed: 1× (normal)</p>')
+
+
 def _width_table(doc: dict) -> str:
     widths = sorted({int(w) for m in doc["methods"].values() for w in m["rows"] if int(w) > 0})
     head = "".join(f"<th>w={w}</th>" for w in widths)
@@ -149,7 +174,7 @@ on {html.escape(doc['device'])}</h1><div class=muted>{gate} · <a href="index.ht
 <p class=muted>{st.get('prompt_limit', '?')} held-out prompts × {st.get('tokens', '?')} tokens × {st.get('rounds', '?')}
  paired rounds · {st.get('threads', '?')} threads · dtype {html.escape(str(doc.get('target', {}).get('dtype', '')))}.
  Speedup = normal wall / method wall, paired per round inside this run; spread is the IQR over rounds.</p>
-<h2>Speedup versus normal decoding (best width per method)</h2>{_methods_table(doc)}
+<h2>Speedup versus normal decoding (best width per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
 <h2>Every width</h2>{_width_table(doc)}
 <h2>Acceptance per draft position</h2>{_position_table(doc)}
 <h2>Reference rows (same run)</h2>{_refs_table(doc)}

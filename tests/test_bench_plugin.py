@@ -1,0 +1,195 @@
+"""The benchmark matrix and the report plugin, tested the way pytest-benchmark tests itself.
+
+A tiny hybrid LFM2 with a real byte-level tokenizer is saved and prepared; then `pytest benchmarks` runs in a
+fresh subprocess (pytester's `runpytest_subprocess`) against a copy of the lab's conftest, pytest.ini and
+benchmarks/, and the saved pytest-benchmark JSON, the canonical report and its pages are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from dflash_core.testing import tiny_prepare_config
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "dflash_core" / "report" / "benchmark.schema.json"
+WIDTHS = (1, 2)
+
+
+@pytest.fixture(scope="module")
+def tiny_lab(tmp_path_factory):
+    """A tiny tokenized target checkpoint, prepared (every fitter, in miniature) into its own DFLASH_HOME."""
+    from dflash_core import minitarget as mt
+    from dflash_core.prepare import prepare
+    from dflash_core.target import load_target
+    from dflash_core.testing import TinySpec, build_tiny
+
+    root = tmp_path_factory.mktemp("bench-lab")
+    ckpt, home = root / "ckpt", root / "home"
+    tcfg = mt.MiniTargetConfig(vocab_size=320, corpus_files=3, threads=1)
+    tok = mt.train_tokenizer(mt.corpus_texts(tcfg), tcfg)
+    build_tiny(TinySpec(dtype="float32", pattern="CCACAC", vocab_size=len(tok))).save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    rt = load_target(str(ckpt), "cpu", "float32")
+    assert rt.tokenizer is not None
+    prepare(str(ckpt), home=home, cfg=tiny_prepare_config(), rt=rt, progress=False)
+    return {"ckpt": ckpt, "home": home}
+
+
+def _copy_lab(dest: Path) -> None:
+    for name in ("conftest.py", "pytest.ini"):
+        shutil.copy(REPO / name, dest / name)
+    shutil.copytree(REPO / "benchmarks", dest / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+
+
+def _env(monkeypatch, lab, reports: Path) -> None:
+    monkeypatch.setenv("DFLASH_HOME", str(lab["home"]))
+    monkeypatch.setenv("DFLASH_REPORTS", str(reports))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tiny_lab, tmp_path_factory):
+    """One real `pytest benchmarks --smoke` run (a subprocess, as runpytest_subprocess does), shared by the
+    checks below so the matrix runs once."""
+    import sys
+
+    d = tmp_path_factory.mktemp("smoke-run")
+    _copy_lab(d)
+    env = {**os.environ, "DFLASH_HOME": str(tiny_lab["home"]), "DFLASH_REPORTS": str(d / "reports"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "benchmarks", "-p", "no:cacheprovider", "--smoke",
+         "--target", str(tiny_lab["ckpt"]), "--bench-widths", ",".join(map(str, WIDTHS)),
+         "--benchmark-autosave", f"--benchmark-storage=file://{d / '.benchmarks'}", "--benchmark-json=out.json"],
+        cwd=d, env=env, capture_output=True, text=True, timeout=1200)
+    return {"dir": d, "proc": proc, "out": d / "out.json", "reports": d / "reports" / "cpu"}
+
+
+def test_smoke_run_passes_and_names_the_report(smoke_run):
+    proc = smoke_run["proc"]
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "dflash report:" in proc.stdout and str(smoke_run["reports"]) in proc.stdout
+
+
+def test_stable_benchmark_ids(smoke_run):
+    from dflash_core.bench import REFERENCES
+    from dflash_core.methods import speculative_ids
+
+    names = {b["name"] for b in json.loads(smoke_run["out"].read_text())["benchmarks"]}
+    decode = {"test_decode[normal-cpu-w0]"} | {f"test_decode[{m}-cpu-w{w}]" for m in speculative_ids() for w in WIDTHS}
+    refs = {f"test_reference[{r}-cpu]" for r in (*REFERENCES, *(f"oracle-w{w}" for w in WIDTHS))}
+    assert len(speculative_ids()) == 14
+    assert names == decode | refs | {"test_verify_cost"}
+
+
+def test_saved_json_holds_plain_numbers(smoke_run, tiny_lab):
+    raw = smoke_run["out"].read_text()
+    assert "UNSERIALIZABLE" not in raw and "NaN" not in raw
+    doc = json.loads(raw)
+    for b in doc["benchmarks"]:
+        if b["name"].startswith("test_decode"):
+            ex = b["extra_info"]
+            assert ex["exact"] is True, b["name"]
+            assert ex["new_tokens"] == 8 and ex["prompts"] == 1
+            assert sum(ex["accept_histogram"]) == ex["target_calls"]
+            assert 0.0 <= ex["acceptance_rate"] <= 1.0
+    assert doc["dflash"]["target"]["name"] == str(tiny_lab["ckpt"])
+    assert doc["dflash"]["provenance"]["artifacts"]["files"], "artifact hashes must be recorded"
+    saved = list((smoke_run["dir"] / ".benchmarks").rglob("0001_*.json"))
+    assert len(saved) == 1, "--benchmark-autosave must store the run for pytest-benchmark compare"
+
+
+def test_report_validates_against_schema(smoke_run):
+    import jsonschema
+
+    doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(doc)
+    assert doc["exactness"] == {"all_exact": True, "failures": []}
+    assert set(doc["methods"]) >= {"normal", "dflash", "simple_parareal_v14"} and len(doc["methods"]) == 15
+    assert {"generate", "prompt_lookup", "assisted", "oracle-w1", "oracle-w2"} <= set(doc["references"])
+    assert doc["provenance"]["versions"]["transformers"] == "5.24.0"
+    assert not list(smoke_run["reports"].glob("*.part")), "writes must be atomic"
+
+
+def test_report_cli_rebuilds_the_saved_run(smoke_run, tmp_path):
+    from dflash_core.report.__main__ import main as report_main
+
+    saved = next((smoke_run["dir"] / ".benchmarks").rglob("0001_*.json"))
+    assert report_main([str(saved), "--out", str(tmp_path)]) == 0
+    a = json.loads((tmp_path / "cpu" / "benchmark.json").read_text())
+    b = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
+    assert a["methods"].keys() == b["methods"].keys() and a["winner"]["method"] == b["winner"]["method"]
+
+
+def test_failed_exactness_gate_writes_report_and_fails(pytester, tiny_lab, monkeypatch):
+    """The kv_only rollback (the negative control) breaks the conv state: the gate must fail the run, and the
+    report must still be written and say so."""
+    _copy_lab(pytester.path)
+    pytester.makepyfile(broken_rollback="""
+        import dflash_core.bench as bench
+
+        _open = bench.open_session
+
+        def open_session(cfg):
+            sess = _open(cfg)  # references and calibration use the exact rollback
+            sess.rt = sess.rt.with_options(rollback="kv_only")
+            return sess
+
+        bench.open_session = open_session
+    """)
+    reports = pytester.path / "reports"
+    _env(monkeypatch, tiny_lab, reports)
+    res = pytester.runpytest_subprocess(
+        "benchmarks", "-p", "broken_rollback", "-p", "no:cacheprovider", "-k", "test_decode and (dflash-cpu or normal)",
+        "--target", str(tiny_lab["ckpt"]), "--bench-widths", "1,2", "--bench-tokens", "32", "--bench-prompts", "2",
+        "--bench-rounds", "1", "--calibration-tokens", "8", "--calibration-prompts", "1",
+        "--benchmark-json=out.json")
+    assert res.ret == pytest.ExitCode.TESTS_FAILED, res.stdout.str()[-3000:]
+    res.stdout.fnmatch_lines(["*dflash at width * diverged from greedy*"])
+    doc = json.loads((reports / "cpu" / "benchmark.json").read_text())
+    assert doc["exactness"]["all_exact"] is False
+    assert any(f.startswith("dflash-w") for f in doc["exactness"]["failures"])
+    assert "exactness gate FAILED" in (reports / "cpu" / "report.html").read_text()
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def test_pages_render_in_headless_chromium(smoke_run, tmp_path):
+    """Open both pages in a real browser; the explorer's script must have filled its menu and chips."""
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail(".ci/run installs Debian's chromium; none was found on PATH")
+        pytest.skip("no headless Chromium on this machine (Debian: apt-get install chromium)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path}"]
+
+    def dom(page: str) -> str:
+        url = (smoke_run["reports"] / page).as_uri()
+        out = subprocess.run([browser, *flags, "--virtual-time-budget=3000", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout
+
+    index = dom("index.html")
+    assert index.count("<option") >= 14, "explorer menu not filled by its script"
+    assert 'class="chip' in index, "explorer drew no trace chips"
+    assert "round " in index and "accepted" in index
+    report = dom("report.html")
+    for table in ("methods-table", "width-table", "position-table", "reference-table"):
+        assert f'id="{table}"' in report, table
+    assert 'id="speedup-chart"' in report and report.count("<rect") >= 15
+    shot = tmp_path / "index.png"
+    subprocess.run([browser, *flags, "--window-size=1200,900", f"--screenshot={shot}",
+                    (smoke_run["reports"] / "index.html").as_uri()], capture_output=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 10_000, "the page rendered blank"
