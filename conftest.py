@@ -35,6 +35,9 @@ def pytest_addoption(parser):
     group.addoption("--dtype", default=os.environ.get("DFLASH_DTYPE", "auto"),
                     help="target dtype: auto (float32 on CPU, DFLASH_GPU_DTYPE or float16 on CUDA), float32, "
                          "float64, float16, bfloat16")
+    group.addoption("--kernels", default=os.environ.get("DFLASH_KERNELS", "auto"),
+                    help="linear-layer execution path: auto (oneDNN prepacked for CPU float32 targets with hidden "
+                         ">= 1024, else eager), eager, onednn")
 
 
 def _cuda_ok() -> bool:

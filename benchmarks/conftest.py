@@ -23,8 +23,8 @@ def pytest_addoption(parser):
     g.addoption("--bench-threads", type=int, default=None, help="torch CPU threads (env DFLASH_THREADS)")
     g.addoption("--calibration-tokens", type=int, default=None, help="env DFLASH_CALIBRATION_TOKENS")
     g.addoption("--calibration-prompts", type=int, default=None, help="env DFLASH_CALIBRATION_PROMPT_LIMIT")
-    g.addoption("--bench-widths", default=os.environ.get("DFLASH_WIDTHS", "1,2,4,8"),
-                help="verify widths to time (each <= the drafter's block size B)")
+    g.addoption("--bench-widths", default=os.environ.get("DFLASH_WIDTHS", "2,4,8"),
+                help="verify widths to time (each <= the drafter's block size B); 1,2,4,8 for the full matrix")
     g.addoption("--bench-seed", type=int, default=int(os.environ.get("DFLASH_BENCH_SEED", "0")),
                 help="seed of the case-order rotation")
     g.addoption("--no-references", action="store_true", help="skip the peer/bound reference rows")
@@ -41,7 +41,8 @@ def bench_config(config):
         if v is not None:
             kw[fld] = v
     return BenchConfig(target=config.getoption("--target"), device=config.getoption("--device"),
-                       dtype=config.getoption("--dtype"), smoke=config.getoption("--smoke"),
+                       dtype=config.getoption("--dtype"), kernels=config.getoption("--kernels"),
+                       smoke=config.getoption("--smoke"),
                        tune=config.getoption("--tune"), seed=config.getoption("--bench-seed"),
                        references=not config.getoption("--no-references"), **kw).sized()
 

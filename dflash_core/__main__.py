@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from .errors import DFlashError
+from .errors import BadInputError, DFlashError
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--width", type=int, default=None, help="verify width 1..B (default: B)")
     r.add_argument("--device", default="cpu")
     r.add_argument("--dtype", default="auto")
+    r.add_argument("--kernels", default="auto", help="linear-layer path: auto, eager or onednn (CPU float32)")
     r.add_argument("--eos", action="store_true", help="stop at the target's EOS token")
     r.add_argument("--no-check", action="store_true", help="skip the greedy reference comparison")
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--target", default="mini")
     b.add_argument("--device", default="cpu")
     b.add_argument("--dtype", default="auto")
+    b.add_argument("--kernels", default="auto", help="linear-layer path: auto, eager or onednn (CPU float32)")
     b.add_argument("--smoke", action="store_true", help="1 prompt, 8 tokens, 1 round")
     b.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     return ap
@@ -76,26 +79,27 @@ def cmd_run(a) -> int:
 
     torch.set_num_threads(a.threads)
     info = get_method(a.method)
-    rt = load_target(a.target, a.device, a.dtype, home=a.home) if a.target != "mini" else None
+    rt = load_target(a.target, a.device, a.dtype, home=a.home, kernels=a.kernels) if a.target != "mini" else None
     if rt is None:
         from .artifacts import mini_target_dir
 
         if not (mini_target_dir(a.home) / "config.json").is_file():
             print("[run] the mini target is not built yet: running `prepare` first", file=sys.stderr)
             prepare("mini", home=a.home)
-        rt = load_target("mini", a.device, a.dtype, home=a.home)
+        rt = load_target("mini", a.device, a.dtype, home=a.home, kernels=a.kernels)
     prepared = None
     if info.build is not None:
         try:
             prepared = load_prepared(rt, home=a.home, required=info.needs)
         except DFlashError as exc:
             print(f"[run] artifacts missing or stale ({exc}); running `prepare` first", file=sys.stderr)
-            base = rt if a.device == "cpu" and str(rt.dtype) == "torch.float32" else None
+            base = rt if a.device == "cpu" and str(rt.dtype) == "torch.float32" and rt.kernels == "eager" else None
             prepare(a.target, home=a.home, rt=base)
             prepared = load_prepared(rt, home=a.home, required=info.needs)
     prompt_ids = rt.encode(a.prompt)
     ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)
     doc = {"method": a.method, "target": a.target, "device": str(rt.device), "dtype": str(rt.dtype),
+           "kernels": rt.kernels,
            "prompt": a.prompt, "prompt_ids": prompt_ids, "ids": ids, "text": rt.decode(ids),
            "stats": stats.to_dict()}
     doc["stats"].pop("margins", None)
@@ -121,21 +125,32 @@ def cmd_run(a) -> int:
 
 
 def cmd_bench(a) -> int:
-    """The main job: pytest benchmarks with autosave; the report plugin writes reports/<device>/."""
-    import pytest
+    """The main job: pytest benchmarks with autosave; the report plugin writes reports/<device>/.
+
+    pytest runs in a child process: `prepare` has already imported transformers (and its plugins' deps),
+    which pytest could then no longer assertion-rewrite.
+    """
+    import subprocess
 
     from .prepare import prepare
 
-    if a.target == "mini" or a.device == "cpu":
-        prepare(a.target)
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
+    if not (bench_dir / "test_decode.py").is_file():
+        raise BadInputError(f"no benchmarks/ next to the dflash_core package ({bench_dir}): `bench` runs from a "
+                            "clone of the lab (pip install -e .), not from an installed wheel")
+    prepare(a.target)  # builds (or verifies) the artifacts on CPU float32, whatever the benchmark device
     dev = a.device.split(":")[0]
-    args = ["benchmarks", "-p", "no:cacheprovider", "--benchmark-autosave",
+    args = [sys.executable, "-m", "pytest", str(bench_dir), "-p", "no:cacheprovider", "--benchmark-autosave",
             f"--benchmark-storage=file://.benchmarks/{dev}", "--benchmark-columns=median,iqr,rounds",
-            "--benchmark-sort=name", f"--target={a.target}", f"--device={a.device}", f"--dtype={a.dtype}"]
+            "--benchmark-sort=name", f"--target={a.target}", f"--device={a.device}", f"--dtype={a.dtype}",
+            f"--kernels={a.kernels}"]
     if a.smoke:
         args.append("--smoke")
-    rc = int(pytest.main(args + list(a.pytest_args)))
-    print(f"report: reports/{dev}/index.html (report.html, benchmark.json)", file=sys.stderr)
+    rc = subprocess.call(args + list(a.pytest_args))
+    import os
+
+    root = Path(os.environ.get("DFLASH_REPORTS") or bench_dir.parent / "reports")
+    print(f"report: {root / dev / 'index.html'} (report.html, benchmark.json)", file=sys.stderr)
     return rc
 
 

@@ -78,6 +78,8 @@ def torch_bytes(obj: Any) -> bytes:
 
 def target_identity(rt) -> dict:
     """What makes prepared artifacts valid for a target: its name, config hash and weight sizes."""
+    if "identity" in getattr(rt, "info", {}):  # computed at load, before a kernel path repacked the weights
+        return {**rt.info["identity"], "name": rt.name}
     cfg = rt.model.config.to_json_string(use_diff=False)
     cfg = re.sub(r'\s*"(transformers_version|_name_or_path|dtype|torch_dtype)":[^\n]*\n', "\n", cfg)
     # A strided sample of every parameter: cheap, and it tells apart checkpoints that share a config

@@ -33,8 +33,9 @@ class BenchConfig:
     target: str = "mini"
     device: str = "cpu"
     dtype: str = "auto"
-    tokens: int = 64
-    prompt_limit: int = 6
+    kernels: str = "auto"  # linear-layer path for target and drafter alike (dflash_core.kernels)
+    tokens: int = 48  # defaults sized so the README main command (prepare included) ends in < 20 min on 2 cores
+    prompt_limit: int = 4
     rounds: int = 3
     calibration_tokens: int = 24
     calibration_prompt_limit: int = 3
@@ -111,7 +112,7 @@ def open_session(cfg: BenchConfig) -> BenchSession:
     cfg = cfg.sized()
     torch.set_num_threads(cfg.threads)
     prepare(cfg.target, progress=False)  # artifacts are built on CPU float32 whatever the benchmark device
-    rt = load_target(cfg.target, cfg.device, cfg.dtype)
+    rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels)
     prepared = load_prepared(rt)
     from .prepare import PrepareConfig
 
@@ -289,8 +290,7 @@ def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, bench
         outs_holder.setdefault("trace", trace)
         synchronize(sess.rt.device)
 
-    run_normal()  # warm-up of both paths, not recorded
-    run_method_round()
+    run_method_round()  # warm-up of the method's path, not recorded (normal runs in every case, so it is warm)
     normal_walls.clear()
     method_walls.clear()
     stats_rounds.clear()
@@ -411,21 +411,26 @@ def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None
 
 
 def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) -> dict:
-    """t_verify(w) / t_decode at the first prompt's context: what a block verify costs in decode steps."""
+    """t_verify(w) / t_decode at the first prompt's context: what a block verify costs in decode steps.
+
+    Steady state, as inside the loop: one recording session, warmed by a verify, then each timed verify of
+    `block_len` rows is rolled back whole so the context stays put (the first forward after a prefill is
+    slower and would inflate both numbers).
+    """
     rt = sess.rt
     p = sess.prompt_ids[0] + sess.references[0][: max(0, sess.cfg.tokens // 2)]
+    s = rt.session(recording=True)
+    s.prefill(p[:-1])
 
     def timed(block_len: int) -> float:
         xs = []
         for _ in range(calls):
-            s = rt.session(recording=True)
-            s.prefill(p[:-1])
-            blk = [p[-1]] + [p[-1]] * (block_len - 1)
             synchronize(rt.device)
             t0 = time.perf_counter()
-            s.verify(blk)
+            s.verify([p[-1]] * block_len)
             synchronize(rt.device)
             xs.append(time.perf_counter() - t0)
+            s.rollback(block_len)
         return statistics.median(xs)
 
     timed(1)  # warm-up

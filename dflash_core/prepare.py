@@ -233,6 +233,10 @@ def load_prepared(rt, *, home=None, required: tuple[str, ...] = ()) -> Prepared:
     drafter.load_state_dict(blob["state_dict"])
     dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
     drafter = drafter.to(device=rt.device, dtype=dt).eval()
+    if getattr(rt, "kernels", "eager") != "eager" and dt == torch.float32:
+        from .kernels import apply_kernels
+
+        apply_kernels(drafter, rt.kernels)  # the drafter runs on the same execution path as the target
     return Prepared(directory=d, manifest=doc, drafter=drafter)
 
 

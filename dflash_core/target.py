@@ -48,6 +48,7 @@ class TargetRuntime:
     rollback: str = "exact"
     source: str = ""
     info: dict = field(default_factory=dict)
+    kernels: str = "eager"  # execution path of the linear layers (dflash_core.kernels)
 
     @classmethod
     def from_model(cls, model, *, name: str = "in-memory", tokenizer=None, cached: bool = True,
@@ -95,7 +96,7 @@ class TargetRuntime:
             raise BadInputError(f"unknown rollback {rb!r}: use one of {ROLLBACKS}")
         return TargetRuntime(model=self.model, device=self.device, dtype=self.dtype, name=self.name,
                              tokenizer=self.tokenizer, cached=self.cached if cached is None else cached,
-                             rollback=rb, source=self.source, info=self.info)
+                             rollback=rb, source=self.source, info=self.info, kernels=self.kernels)
 
     # --- text -------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -260,7 +261,7 @@ def resolve_target_source(target: str, home: str | Path | None = None) -> tuple[
 
 
 def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = None, *, cached: bool = True,
-                home: str | Path | None = None) -> TargetRuntime:
+                home: str | Path | None = None, kernels: str = "eager") -> TargetRuntime:
     """Load a target by alias, local directory or hub id through `from_pretrained`, on a device and dtype."""
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype, dev)
@@ -291,4 +292,13 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     rt = TargetRuntime(model=model, device=dev, dtype=tdtype, name=target, tokenizer=tok, cached=cached,
                        source=where)
     rt.info = {"kind": kind, "location": where, "parameters": sum(p.numel() for p in model.parameters())}
+    from .kernels import apply_kernels, resolve_kernels
+
+    path = resolve_kernels(kernels, dev, tdtype, rt.hidden_size)
+    if path != "eager":
+        from .artifacts import target_identity
+
+        rt.info["identity"] = target_identity(rt)  # of the checkpoint's weights, before any repacking
+        apply_kernels(model, path)
+        rt.kernels = path
     return rt

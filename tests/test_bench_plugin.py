@@ -193,3 +193,34 @@ def test_pages_render_in_headless_chromium(smoke_run, tmp_path):
     subprocess.run([browser, *flags, "--window-size=1200,900", f"--screenshot={shot}",
                     (smoke_run["reports"] / "index.html").as_uri()], capture_output=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000, "the page rendered blank"
+
+
+def test_cli_bench_runs_the_matrix_in_a_child_pytest(tiny_lab, tmp_path):
+    """`python -m dflash_core bench` (the README main command's engine) from any working directory."""
+    import sys
+
+    env = {**os.environ, "DFLASH_HOME": str(tiny_lab["home"]), "DFLASH_REPORTS": str(tmp_path / "reports"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, "-m", "dflash_core", "bench", "--smoke", "--target", str(tiny_lab["ckpt"]),
+                           "--", "--bench-widths", "1", "-k", "normal or dflash-cpu", "--no-references"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert f"report: {tmp_path / 'reports' / 'cpu' / 'index.html'}" in proc.stderr
+    doc = json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())
+    assert set(doc["methods"]) == {"normal", "dflash"} and doc["exactness"]["all_exact"]
+    assert list((tmp_path / ".benchmarks" / "cpu").rglob("0001_*.json")), "the run must be autosaved for compare"
+
+
+def test_kernel_paths_resolve_by_measured_rule():
+    import torch
+
+    from dflash_core.errors import BadInputError
+    from dflash_core.kernels import resolve_kernels
+
+    cpu = torch.device("cpu")
+    assert resolve_kernels("auto", cpu, torch.float32, 1024) == ("onednn" if torch.backends.mkldnn.is_available()
+                                                                  else "eager")
+    assert resolve_kernels("auto", cpu, torch.float32, 384) == "eager"  # the mini target: measured slower
+    assert resolve_kernels("auto", cpu, torch.bfloat16, 1024) == "eager"
+    with pytest.raises(BadInputError, match="unknown kernel path"):
+        resolve_kernels("fast", cpu, torch.float32, 1024)

@@ -145,3 +145,31 @@ def test_eos_stop_is_respected():
         rt.model.config.eos_token_id = 2
     assert want == ref[: ref.index(eos) + 1]
     assert got == want and sstats.stopped_at_eos and gstats.stopped_at_eos
+
+
+def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
+    """The prepacked oneDNN path (issue 8's fast path) under the same contract: speculative == greedy on that
+    path, and its greedy agrees with eager greedy up to certified ties; the target identity is unchanged."""
+    import torch
+
+    from dflash_core.artifacts import target_identity
+    from dflash_core.kernels import apply_kernels
+    from dflash_core.target import load_target
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    build_tiny(TinySpec(pattern="CCACAC", dtype="float32", seed=3)).save_pretrained(tmp_path)
+    eager = load_target(str(tmp_path), "cpu", "float32", kernels="eager")
+    fast = load_target(str(tmp_path), "cpu", "float32", kernels="onednn")
+    assert fast.kernels == "onednn" and type(fast.model.lm_head).__name__ == "MkldnnLinear"
+    assert target_identity(fast) == target_identity(eager)
+    with pytest.raises(Exception, match="CPU float32"):
+        apply_kernels(build_tiny(TinySpec(dtype="float64")), "onednn")
+    prompt = [1, 7, 9, 11, 13, 17, 19]
+    ref_e, st_e = greedy(eager, prompt, 40, record_margins=True)
+    ref_f, st_f = greedy(fast, prompt, 40, record_margins=True)
+    assert classify(ref_f, ref_e, st_e.margins, torch.float32).ok
+    for w in (1, 3, 6):
+        for corrupt in (frozenset(), frozenset({2, 5, 9, 14, 20})):
+            got, _ = speculative(fast, OracleProposer(tuple(prompt), tuple(ref_f), VOCAB, corrupt), prompt, 40, w)
+            assert classify(got, ref_f, st_f.margins, torch.float32).kind == "exact"

@@ -515,25 +515,3 @@ def test_calibrate_act_refuses_benchmark_prompts(tiny_prepared):
     bench = load_prompts("english").benchmark[0]
     with pytest.raises(BadInputError, match="benchmark"):
         calibrate_act(rt, prep, [[5, 6, 7]], 6, 3, repeats=1, prompt_texts=[bench], family="english")
-
-
-# --- exactness on the mini target (float32: exact or tie-certified) -------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.exactness
-@pytest.mark.parametrize("method", METHODS_02_08)
-def test_method_is_exact_on_mini(mini_prepared, method):
-    from dflash_core.data import load_prompts
-    from dflash_core.exactness import classify
-    from dflash_core.runner import run_method
-
-    rt, prep = mini_prepared.rt, mini_prepared.prepared
-    B = prep.drafter.cfg.block_size
-    for text in load_prompts("code").benchmark[:3]:
-        ids = rt.encode(text)
-        ref, gstats = greedy(rt, ids, 32, record_margins=True)
-        for w in sorted({1, 2, min(4, B), B}):
-            got, stats = run_method(method, rt, prep, ids, 32, w)
-            verdict = classify(got, ref, gstats.margins, rt.dtype)
-            assert verdict.ok, f"{method} width {w} on {text!r}: {verdict}"
-            assert stats.new_tokens == 32

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from dflash_core.calibrate import calibrate_dspark, calibrate_v10, calibrate_v11
 from dflash_core.decode import greedy, speculative
 from dflash_core.errors import BadInputError
-from dflash_core.exactness import classify
 from dflash_core.methods import get_method
 from dflash_core.methods.common import topk
 from dflash_core.methods.dspark import DSPARK_FILE, DSparkHeads, fit_dspark
@@ -381,20 +380,3 @@ def test_v13_drafts_equal_v10_budget_one_on_tiny(tiny_prepared, prompt, budget, 
     b, sb = speculative(rt, r13, list(prompt), budget, B)
     assert a == b and r10.drafts == r13.drafts and sa.guidance_work == sb.guidance_work
 
-
-@pytest.mark.exactness
-@pytest.mark.slow
-@pytest.mark.parametrize("method", IDS)
-def test_exact_on_mini(mini_prepared, method):
-    from dflash_core.data import load_prompts
-
-    rt, prep = mini_prepared.rt, mini_prepared.prepared
-    B = prep.drafter.cfg.block_size
-    for text in load_prompts("code").benchmark[:3]:
-        ids = rt.encode(text)
-        ref, gstats = greedy(rt, ids, 32, record_margins=True)
-        for width in sorted({1, 2, 4, B} & set(range(1, B + 1))):
-            got, stats = speculative(rt, get_method(method).build(rt, prep), ids, 32, width, method=method)
-            verdict = classify(got, ref, gstats.margins, rt.dtype)
-            assert verdict.ok, f"{method} width {width} on {text!r}: {verdict}"
-            assert stats.new_tokens == 32

@@ -132,6 +132,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
                   "accelerator": d["machine_info"].get("accelerator")} for d, s in zip(docs, sources)],
         "settings": lab.get("settings", {}), "target": lab.get("target", {}), "provenance": lab.get("provenance", {}),
         "calibration": lab.get("calibration", {}), "traces": lab.get("traces", {}),
+        "token_text": lab.get("token_text", {}),
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1].get("index") or 0, kv[0]))),
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},

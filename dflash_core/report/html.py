@@ -22,7 +22,7 @@ border-radius:8px;padding:10px 14px;min-width:150px}.kpi b{display:block;font-si
 .bar{height:12px;background:#3d7eff;display:inline-block;vertical-align:middle}
 .bar.win{background:#5fd38d}.bar.lose{background:#ff8c6b}
 .chip{display:inline-block;min-width:46px;padding:6px 8px;margin:3px;border-radius:6px;background:#243447;
-text-align:center;font-family:monospace;transition:background .3s}
+text-align:center;font-family:monospace;white-space:pre;transition:background .3s}
 .chip.acc{background:#1f6f43}.chip.rej{background:#7a2e2e}.chip.corr{background:#6b5a1f}.chip.bonus{background:#1f4f7a}
 select,button{background:#243447;color:#e6e6e6;border:1px solid #2b3a4a;border-radius:6px;padding:4px 8px}
 a{color:#7fb2ff}
@@ -192,12 +192,13 @@ const win=D.winner?D.winner.method+'-w'+D.winner.width:null; if(win&&keys.includ
 let round=0,phase=0,timer=null;
 function draw(){const t=traces[sel.value]||[];if(!t.length){box.textContent='no trace';return;}
  const r=t[round%t.length];box.innerHTML='';
- r.draft.forEach((tok,i)=>{const c=document.createElement('span');c.className='chip';c.textContent=tok;
+ const T=D.token_text||{},show=t=>(t in T?JSON.stringify(T[t]).slice(1,-1):String(t));
+ r.draft.forEach((tok,i)=>{const c=document.createElement('span');c.className='chip';c.textContent=show(tok);c.title='id '+tok;
   if(phase>=1){c.className+=i<r.accepted?' acc':(i===r.accepted?' rej':'');} box.appendChild(c);});
- if(phase>=2){const c=document.createElement('span');c.className='chip '+(r.bonus?'bonus':'corr');c.textContent=r.token;box.appendChild(c);}
+ if(phase>=2){const c=document.createElement('span');c.className='chip '+(r.bonus?'bonus':'corr');c.textContent=show(r.token);c.title='id '+r.token;box.appendChild(c);}
  const m=sel.value.replace(/-w\\d+$/,''),mm=(D.methods[m]||{});
  info.textContent=`round ${round%t.length+1}/${t.length} · drafted ${r.draft.length} · accepted ${r.accepted} · `+
-  (r.bonus?'bonus':'correction')+` token ${r.token} · ${mm.mechanism||''}`;}
+  (r.bonus?'bonus':'correction')+` token ${show(r.token)} · ${mm.mechanism||''}`;}
 function step(){phase=(phase+1)%3;if(phase===0)round++;draw();}
 sel.onchange=()=>{round=0;phase=0;draw();};
 document.getElementById('play').onclick=()=>{if(timer){clearInterval(timer);timer=null;}else timer=setInterval(step,700);};

@@ -28,6 +28,7 @@ def _lab_section(config) -> dict | None:
         "settings": {**sess.cfg.to_dict(), "widths": sorted({int(k.rsplit("-w", 1)[1]) for k in sess.traces}),
                      "block_size": sess.block_size},
         "target": {**target_identity(sess.rt), "dtype": str(sess.rt.dtype).replace("torch.", ""),
+                   "kernels": sess.rt.kernels,
                    "source": sess.rt.source},
         "provenance": {"versions": versions(), "seeds": man.get("seeds"),
                        "artifacts": {"directory": str(sess.prepared.directory), "files": man.get("files"),
@@ -37,9 +38,18 @@ def _lab_section(config) -> dict | None:
         "calibration": sess.calibration,
         "tuned_widths": sess.tuned_widths,
         "traces": sess.traces,
+        "token_text": _token_text(sess),
         "methods": {mid: {"index": m.index, "label": m.label, "mechanism": m.mechanism, "complexity": m.complexity,
                           "stages": list(m.stages)} for mid, m in METHODS.items()},
     }
+
+
+def _token_text(sess) -> dict:
+    """id -> its text, for the ids in the recorded traces (the explorer shows text, not bare ids)."""
+    if getattr(sess.rt, "tokenizer", None) is None:
+        return {}
+    ids = {int(t) for tr in sess.traces.values() for r in tr for t in [*r["draft"], r["token"]]}
+    return {str(i): sess.rt.decode([i]) for i in sorted(ids)}
 
 
 @pytest.hookimpl(optionalhook=True)
