@@ -169,7 +169,9 @@ def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence
         stats.accept_counts[0] += 1
         stats.target_seconds += step.seconds
         out.append(step.ids[-1])
+        t_obs = time.perf_counter()
         proposer.begin(prompt, step.hidden)
+        stats.draft_seconds += time.perf_counter() - t_obs  # drafter context K/V: drafter work, not loop overhead
         while len(out) < n and not (eos is not None and out[-1] == eos):
             k = min(width, n - len(out) - 1)  # verifying k drafts yields up to k + 1 tokens: never overshoot
             drafts: list[int] = []
@@ -201,7 +203,9 @@ def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence
             out.append(g[a])  # the correction, or after full acceptance the bonus token
             if trace is not None:
                 trace.append({"draft": drafts, "accepted": a, "token": g[a], "bonus": a == len(drafts)})
+            t_obs = time.perf_counter()
             proposer.observe(step.hidden[: a + 1] if step.hidden is not None else None)
+            stats.draft_seconds += time.perf_counter() - t_obs
             if eos is not None and eos in out[-(a + 1):]:
                 break
     out, hit = _cut_at_eos(out[:n], eos)
