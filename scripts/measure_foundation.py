@@ -32,9 +32,9 @@ def main(tokens_350m: int = 256, reps: int = 3) -> None:
         rt = TargetRuntime.from_model(model)
         prompt = [1] + list(range(10, 25))
         inp = torch.tensor([prompt])
-        ours = lambda: greedy(rt, prompt, n)  # noqa: E731
-        gen = lambda: model.generate(inp, max_new_tokens=n, min_new_tokens=n, do_sample=False,  # noqa: E731
-                                     pad_token_id=0)
+        ours = lambda rt=rt, prompt=prompt, n=n: greedy(rt, prompt, n)  # noqa: E731
+        gen = lambda model=model, inp=inp, n=n: model.generate(  # noqa: E731
+            inp, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=0)
         ours(), gen()  # warm-up
         a, b = [], []
         for _ in range(reps):  # interleaved
