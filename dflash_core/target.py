@@ -274,7 +274,12 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=tdtype)
+        # Loaded in float32 first: the artifact identity is a property of the checkpoint, so it is hashed at
+        # one precision whatever dtype the run uses (prepare works in float32; a float16/bfloat16 run must
+        # find the same artifacts). Then cast and moved.
+        import torch
+
+        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
     except (OSError, ValueError) as exc:
         if kind == "hub":
             raise TargetNotFoundError(
@@ -283,22 +288,23 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
                 "the directory here and pass --target /path/to/checkpoint (any directory written by "
                 "save_pretrained with config.json and weights).") from exc
         raise TargetNotFoundError(f"could not load the checkpoint in {where}: {exc}") from exc
-    model.to(dev).eval()
+    model.eval()
     tok = None
     try:
         tok = AutoTokenizer.from_pretrained(where)
     except Exception:  # a weights-only checkpoint (e.g. the random 350M test config) has no tokenizer
         tok = None
-    rt = TargetRuntime(model=model, device=dev, dtype=tdtype, name=target, tokenizer=tok, cached=cached,
-                       source=where)
-    rt.info = {"kind": kind, "location": where, "parameters": sum(p.numel() for p in model.parameters())}
+    from .artifacts import target_identity
     from .kernels import apply_kernels, resolve_kernels
 
+    rt = TargetRuntime(model=model, device=torch.device("cpu"), dtype=torch.float32, name=target, tokenizer=tok,
+                       cached=cached, source=where)
+    rt.info = {"kind": kind, "location": where, "parameters": sum(p.numel() for p in model.parameters()),
+               "identity": target_identity(rt)}  # at float32, before any cast or kernel repacking
+    model.to(device=dev, dtype=tdtype)
+    rt.device, rt.dtype = dev, tdtype
     path = resolve_kernels(kernels, dev, tdtype, rt.hidden_size)
     if path != "eager":
-        from .artifacts import target_identity
-
-        rt.info["identity"] = target_identity(rt)  # of the checkpoint's weights, before any repacking
         apply_kernels(model, path)
         rt.kernels = path
     return rt

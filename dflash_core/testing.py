@@ -94,3 +94,24 @@ def tiny_prepare_config():
     return PrepareConfig(traj_tokens=24, random_seeds=12, n_taps=2, block_size=4, drafter_heads=4,
                          train=TrainConfig(steps=20, batch_sequences=4, anchors_per_sequence=4),
                          aux_steps=10, aux_max_examples=64)
+
+
+def build_tiny_lab(root, *, progress: bool = False) -> dict:
+    """A tiny hybrid LFM2 with a real byte-level tokenizer saved to `root/ckpt`, prepared (every fitter, in
+    miniature) into `root/home`: a whole lab target in seconds (benchmark plugin tests, GPU smoke checks)."""
+    from pathlib import Path
+
+    from . import minitarget as mt
+    from .prepare import prepare
+    from .target import load_target
+
+    root = Path(root)
+    ckpt, home = root / "ckpt", root / "home"
+    tcfg = mt.MiniTargetConfig(vocab_size=320, corpus_files=3, threads=1)
+    tok = mt.train_tokenizer(mt.corpus_texts(tcfg), tcfg)
+    build_tiny(TinySpec(dtype="float32", pattern="CCACAC", vocab_size=len(tok))).save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    rt = load_target(str(ckpt), "cpu", "float32")
+    prepare(str(ckpt), home=home, cfg=tiny_prepare_config(), rt=rt, progress=progress)
+    return {"ckpt": ckpt, "home": home, "tokenizer": rt.tokenizer is not None}
+

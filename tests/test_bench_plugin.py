@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from dflash_core.testing import tiny_prepare_config
-
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,21 +25,11 @@ WIDTHS = (1, 2)
 @pytest.fixture(scope="module")
 def tiny_lab(tmp_path_factory):
     """A tiny tokenized target checkpoint, prepared (every fitter, in miniature) into its own DFLASH_HOME."""
-    from dflash_core import minitarget as mt
-    from dflash_core.prepare import prepare
-    from dflash_core.target import load_target
-    from dflash_core.testing import TinySpec, build_tiny
+    from dflash_core.testing import build_tiny_lab
 
-    root = tmp_path_factory.mktemp("bench-lab")
-    ckpt, home = root / "ckpt", root / "home"
-    tcfg = mt.MiniTargetConfig(vocab_size=320, corpus_files=3, threads=1)
-    tok = mt.train_tokenizer(mt.corpus_texts(tcfg), tcfg)
-    build_tiny(TinySpec(dtype="float32", pattern="CCACAC", vocab_size=len(tok))).save_pretrained(ckpt)
-    tok.save_pretrained(ckpt)
-    rt = load_target(str(ckpt), "cpu", "float32")
-    assert rt.tokenizer is not None
-    prepare(str(ckpt), home=home, cfg=tiny_prepare_config(), rt=rt, progress=False)
-    return {"ckpt": ckpt, "home": home}
+    lab = build_tiny_lab(tmp_path_factory.mktemp("bench-lab"))
+    assert lab["tokenizer"]
+    return lab
 
 
 def _copy_lab(dest: Path) -> None:
@@ -186,7 +174,7 @@ def test_pages_render_in_headless_chromium(smoke_run, tmp_path):
     assert 'class="chip' in index, "explorer drew no trace chips"
     assert "round " in index and "accepted" in index
     report = dom("report.html")
-    for table in ("methods-table", "width-table", "position-table", "reference-table"):
+    for table in ("methods-table", "width-table", "position-table", "reference-table", "goals-table"):
         assert f'id="{table}"' in report, table
     assert 'id="speedup-chart"' in report and report.count("<rect") >= 15
     shot = tmp_path / "index.png"

@@ -109,3 +109,18 @@ def test_dflash_on_prepared_tiny_target_is_exact(tiny_dir, prepared_home):
             got, stats = run_method("dflash", rt, prep, prompt, 30, w)
             assert got == ref
             assert stats.draft_calls >= 1
+
+
+def test_artifacts_are_found_from_any_run_dtype(tiny_prepared):
+    """The identity is the checkpoint's (hashed at float32), so a bfloat16/float16 run (the GPU default) finds
+    the artifacts that `prepare` built in float32, and the drafter comes back on the run's device."""
+    from dflash_core.artifacts import target_identity
+    from dflash_core.prepare import load_prepared
+    from dflash_core.target import load_target
+
+    fp32 = load_target(str(tiny_prepared.path), "cpu", "float32")
+    bf16 = load_target(str(tiny_prepared.path), "cpu", "bfloat16")
+    assert next(bf16.model.parameters()).dtype == bf16.dtype
+    assert target_identity(bf16) == target_identity(fp32)
+    home = tiny_prepared.home
+    assert load_prepared(bf16, home=home).directory == load_prepared(fp32, home=home).directory

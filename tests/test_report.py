@@ -117,3 +117,18 @@ def test_payload_escapes_script_close():
     doc["target"]["name"] = "</script><b>x"
     page = render_index(doc)
     assert page.count("</script>") == 2  # the payload and the explorer script only
+
+
+def test_goals_are_computed_from_the_run():
+    from dflash_core.report.html import goals
+
+    saved = _saved([_bench("normal", 0), _bench("dflash", 4, speedup=2.6)])
+    saved["benchmarks"].append({"name": "test_verify_cost", "fullname": "x", "stats": {},
+                                "extra_info": {"verify_cost": {"ratio": {"4": 1.25}, "t_decode_seconds": 0.01},
+                                               "device": "cpu"}})
+    doc = build_report([saved], ["r"])
+    g = {x["goal"]: x for x in goals(doc)}
+    assert g["best method >= 2.5x over normal"]["ok"] and g["t_verify(4)/t_decode <= 1.3"]["ok"]
+    bound = g[">= 80% of the bound (w+1)·t_dec/t_ver(w) at the best width"]
+    assert abs(bound["figure"] - 2.6 / (5 / 1.25)) < 1e-9 and not bound["ok"]
+    assert 'id=goals-table' in render_report(doc)

@@ -86,6 +86,41 @@ def _speedup_chart(doc: dict) -> str:
             '<p class=muted>bar: median paired speedup at the best width; whisker: IQR over rounds; dashed: 1× (normal)</p>')
 
 
+def goals(doc: dict) -> list[dict]:
+    """Issue 8's run-level goals, each with this run's figure (the 350M-only goals live in docs/performance.md)."""
+    win = doc.get("winner") or {}
+    spec = {k: m for k, m in doc["methods"].items() if k != "normal"}
+    refs = doc.get("references") or {}
+    ub = (doc.get("upper_bound_speedup") or {}).get(str(win.get("width")))
+    ratio4 = ((doc.get("verify_cost") or {}).get("ratio") or {}).get("4")
+    overhead = max((r.get("overhead_fraction", 0.0) for m in spec.values() for r in m["rows"].values()), default=None)
+    peers = {k: refs[k]["tokens_per_second"] for k in ("prompt_lookup", "assisted") if k in refs}
+    out = [
+        {"goal": "best method >= 2.5x over normal", "figure": win.get("speedup"), "spread": win.get("speedup_iqr"),
+         "ok": win.get("speedup") is not None and win["speedup"] >= 2.5},
+        {"goal": ">= 80% of the bound (w+1)·t_dec/t_ver(w) at the best width",
+         "figure": win["speedup"] / ub if ub and win.get("speedup") else None, "spread": None,
+         "ok": bool(ub and win.get("speedup") and win["speedup"] / ub >= 0.8)},
+        {"goal": "t_verify(4)/t_decode <= 1.3", "figure": ratio4, "spread": None, "ok": ratio4 is not None and ratio4 <= 1.3},
+        {"goal": "loop overhead <= 0.05 of wall (fraction), every method and width", "figure": overhead, "spread": None,
+         "ok": overhead is not None and overhead <= 0.05},
+    ]
+    for k, tps in peers.items():
+        fig = win["tokens_per_second"] / tps if win.get("tokens_per_second") and tps else None
+        out.append({"goal": f"best method >= 1.5x {k.replace('_', '-')} (tok/s)", "figure": fig, "spread": None,
+                    "ok": fig is not None and fig >= 1.5})
+    return out
+
+
+def _goals_table(doc: dict) -> str:
+    rows = "".join(
+        f"<tr><td>{html.escape(g['goal'])}</td><td>{_f(g['figure'])}"
+        f"{'' if g['spread'] is None else ' ± ' + _f(g['spread'])}</td>"
+        f"<td>{'<span class=ok>met</span>' if g['ok'] else '<span class=bad>missed</span>'}</td></tr>" for g in goals(doc))
+    return ("<table id=goals-table><tr><th>goal (issue 8; 350M goals in docs/performance.md)</th><th>this run</th>"
+            "<th>status</th></tr>" + rows + "</table>")
+
+
 def _width_table(doc: dict) -> str:
     widths = sorted({int(w) for m in doc["methods"].values() for w in m["rows"] if int(w) > 0})
     head = "".join(f"<th>w={w}</th>" for w in widths)
@@ -178,6 +213,7 @@ on {html.escape(doc['device'])}</h1><div class=muted>{gate} · <a href="index.ht
 <h2>Every width</h2>{_width_table(doc)}
 <h2>Acceptance per draft position</h2>{_position_table(doc)}
 <h2>Reference rows (same run)</h2>{_refs_table(doc)}
+<h2>Performance goals</h2>{_goals_table(doc)}
 <h2>Calibration (calibration prompts only)</h2>{_calibration(doc)}
 <h2>Provenance</h2>{_provenance(doc)}
 <script id=payload type=application/json>{_payload(doc)}</script></main></body></html>"""
