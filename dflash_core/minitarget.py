@@ -283,15 +283,7 @@ def train_model(
             seq = torch.cat([bos, stream[pick[:, None] + offs[None, :]]], dim=1)  # [B, seq_len+1]
             for g in opt.param_groups:
                 g["lr"] = _lr_at(step, cfg)
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast_bf16):
-                logits = model(input_ids=seq[:, :-1], use_cache=False).logits
-            logits = logits.float().reshape(-1, logits.shape[-1])
-            loss = torch.nn.functional.cross_entropy(logits, seq[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(loss.item())
+            losses.append(_train_step(model, opt, seq, cfg))
             bar.update(1)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
         bar.close()
@@ -459,6 +451,22 @@ def measure_decode(
         }
 
 
+def _train_step(model, opt, seq, cfg: MiniTargetConfig) -> float:
+    """One next-token step on seq [B, T+1] (bf16 autocast when configured, grad clip 1.0); returns the loss.
+    Shared by training and `measure_train_throughput`, so the measured step is the real one."""
+    import torch
+
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast_bf16):
+        logits = model(input_ids=seq[:, :-1], use_cache=False).logits
+    logits = logits.float().reshape(-1, logits.shape[-1])
+    loss = torch.nn.functional.cross_entropy(logits, seq[:, 1:].reshape(-1))
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss.item()
+
+
 def measure_train_throughput(cfg: MiniTargetConfig, steps: int = 6) -> float:
     """Training steps/s at cfg's size on random tokens (same shapes as real training)."""
     import torch
@@ -472,14 +480,7 @@ def measure_train_throughput(cfg: MiniTargetConfig, steps: int = 6) -> float:
         times = []
         for _ in range(steps + 1):
             t = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast_bf16):
-                logits = model(input_ids=x[:, :-1], use_cache=False).logits
-            logits = logits.float().reshape(-1, logits.shape[-1])
-            loss = torch.nn.functional.cross_entropy(logits, x[:, 1:].reshape(-1))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            _train_step(model, opt, x, cfg)
             times.append(time.perf_counter() - t)
         times = sorted(times[1:])
         return 1.0 / times[len(times) // 2]

@@ -23,7 +23,7 @@ import math
 from ..errors import BadInputError
 from . import MethodInfo, register
 from .common import topk
-from .pairwise import PAIR_FILE, ContextProposer, PairScorer, check_number, first_argmax, load_pair_selector
+from .pairwise import PAIR_FILE, ContextProposer, check_number, first_argmax
 
 V11_DEFAULTS = {"temperature": 0.04, "gate": 0.08, "budget": 3, "top_k": 4, "pair_weight": 1.0, "early": 0.15}
 V11_GRID = {"temperature": (0.04, 0.08), "gate": (0.08, 0.16), "budget": (1, 2, 3), "top_k": (4, 8),
@@ -69,7 +69,6 @@ class GatedMOBSProposer(ContextProposer):
                     for k in V11_DEFAULTS}
         if self.cfg["temperature"] <= 0 or self.cfg["budget"] < 0:
             raise BadInputError(f"gated_mobs_v11: need temperature > 0 and budget >= 0, got {self.cfg}")
-        self.selector = load_pair_selector(prepared)
 
     def select(self, logits, hidden, prefix, k):
         c = self.cfg
@@ -81,7 +80,7 @@ class GatedMOBSProposer(ContextProposer):
             chosen, work = [int(r[0]) for r in ids], 0
         else:
             prev = int(prefix[-1])
-            scorer = PairScorer(self.selector, self.context(), [prev, *(t for row in ids for t in row)])
+            scorer = self.block_scorer(ids, prev)
             chosen = gated_mobs(ids, vals, gated, scorer, prev, float(c["pair_weight"]))
             work = scorer.count
         n_elig = sum(1 for x in u if x >= c["gate"])

@@ -61,7 +61,6 @@ from .pairwise import (
     holdout_mask,
     label_index,
     load_blob,
-    load_pair_selector,
     require_files,
     restricted_accuracy,
 )
@@ -127,22 +126,17 @@ def mobs_select(ids, vals, scorer: PairScorer, prev: int, fingerprint: int) -> t
     return expand_outward(chosen, a, ids, vals, scorer, prev), a
 
 
-def _block_scorer(proposer, ids, prev: int) -> PairScorer:
-    return PairScorer(proposer.selector, proposer.context(), [prev, *(t for row in ids for t in row)])
-
-
 # --- 03 mobs ----------------------------------------------------------------------------------------
 
 class MOBSProposer(ContextProposer):
     def __init__(self, rt, prepared, *, top_k: int = 8):
         super().__init__(rt, prepared)
         self.top_k = check_number("top_k", top_k, lo=1, integer=True)
-        self.selector = load_pair_selector(prepared)
 
     def select(self, logits, hidden, prefix, k):
         ids, vals = topk(logits, self.top_k)
         prev = int(prefix[-1])
-        scorer = _block_scorer(self, ids, prev)
+        scorer = self.block_scorer(ids, prev)
         chosen, a = mobs_select(ids, vals, scorer, prev, context_fingerprint(prefix))
         return chosen, scorer.count, {"pair_scores": scorer.count, "mobs_anchor_sum": a}
 
@@ -190,14 +184,13 @@ class JumpMOBSProposer(ContextProposer):
         require_files(prepared, (PAIR_FILE, JUMP_FILE))
         self.top_k = check_number("top_k", top_k, lo=1, integer=True)
         self.jump_weight = check_number("jump_weight", jump_weight)
-        self.selector = load_pair_selector(prepared)
         self.jump = _load_module(prepared, JUMP_FILE, JumpHead)
 
     def select(self, logits, hidden, prefix, k):
         ids, vals = topk(logits, self.top_k)
         prev = int(prefix[-1])
         ctx = self.context()
-        scorer = PairScorer(self.selector, ctx, [prev, *(t for row in ids for t in row)])
+        scorer = self.block_scorer(ids, prev, ctx)
         pos = jump_positions(len(ids))
         if not pos:
             chosen, _ = mobs_select(ids, vals, scorer, prev, context_fingerprint(prefix))
@@ -248,13 +241,12 @@ class FusedJumpProposer(ContextProposer):
         self.top_k = check_number("top_k", top_k, lo=1, integer=True)
         self.fused_weight = check_number("fused_weight", fused_weight)
         self.min_margin = check_number("min_margin", min_margin, lo=0.0)
-        self.selector = load_pair_selector(prepared)
         self.fused = _load_module(prepared, FUSED_FILE, FusedResidual)
 
     def select(self, logits, hidden, prefix, k):
         ids, vals = topk(logits, self.top_k)
         prev = int(prefix[-1])
-        scorer = _block_scorer(self, ids, prev)
+        scorer = self.block_scorer(ids, prev)
         pos = jump_positions(len(ids))
         chosen: list = [None] * len(ids)
         residual_scores = skipped = 0
@@ -295,12 +287,11 @@ class BMOBSProposer(ContextProposer):
         super().__init__(rt, prepared)
         self.top_k = check_number("top_k", top_k, lo=1, integer=True)
         self.temperature = check_number("temperature", temperature, lo=0.0)
-        self.selector = load_pair_selector(prepared)
 
     def select(self, logits, hidden, prefix, k):
         ids, vals = topk(logits, self.top_k)
         prev = int(prefix[-1])
-        scorer = _block_scorer(self, ids, prev)
+        scorer = self.block_scorer(ids, prev)
         a = bmobs_anchor(vals)
         seed = context_fingerprint(prefix) ^ SALT_BMOBS
         j, nb = boltzmann_pick(ids[a], vals[a], self.temperature, seed, a)

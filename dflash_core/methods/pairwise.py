@@ -88,10 +88,12 @@ def first_argmax(scores) -> int:
 
 
 class ContextProposer(BlockProposer):
-    """BlockProposer that also remembers the taps of the last context row (for the context vector)."""
+    """BlockProposer for the pair-scored methods (02, 03, 04, 05, 07, 11): it loads the learned pair selector
+    and remembers the taps of the last context row, whose fused features are the selector's context vector."""
 
     def __init__(self, rt, prepared, **options: Any):
         super().__init__(rt, prepared, **options)
+        self.selector = load_pair_selector(prepared)
         self._last_tap = None
 
     def begin(self, prompt: list[int], hidden: Any) -> None:
@@ -114,6 +116,11 @@ class ContextProposer(BlockProposer):
         if self._last_tap is None:
             return torch.zeros(self.drafter.cfg.hidden_size)
         return self.drafter.fuse(self._last_tap.to(device=p.device, dtype=p.dtype))[0].float().cpu()
+
+    def block_scorer(self, ids, prev: int, ctx: torch.Tensor | None = None) -> "PairScorer":
+        """The pair scorer of one block: the context vector, the previous token and every candidate id."""
+        return PairScorer(self.selector, self.context() if ctx is None else ctx,
+                          [prev, *(t for row in ids for t in row)])
 
 
 # --- the learned pair selector --------------------------------------------------------------------
@@ -241,12 +248,11 @@ class DFlash2Proposer(ContextProposer):
     def __init__(self, rt, prepared, *, top_k: int = 8):
         super().__init__(rt, prepared)
         self.top_k = check_number("top_k", top_k, lo=1, integer=True)
-        self.selector = load_pair_selector(prepared)
 
     def select(self, logits, hidden, prefix, k):
         ids, vals = topk(logits, self.top_k)
         prev = int(prefix[-1])
-        scorer = PairScorer(self.selector, self.context(), [prev, *(t for row in ids for t in row)])
+        scorer = self.block_scorer(ids, prev)
         start = scorer(prev, ids[0])
         path = viterbi(vals, start, scorer.transitions(ids))
         chosen = [ids[i][j] for i, j in enumerate(path)]
