@@ -1,43 +1,54 @@
 """Root conftest: command-line options, Hypothesis profiles, the GPU gate and the report plugin.
 
-Nothing here imports torch at module level: the `pytest-benchmark` CLI imports this file too.
+Nothing heavy is imported at module level (no torch, no hypothesis): the `pytest-benchmark` CLI imports
+this file before pytest reads pytest.ini, and a module imported that early can no longer be
+assertion-rewritten, which `filterwarnings = error` turns into a crash.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
-from hypothesis import HealthCheck, settings
 
 pytest_plugins = ["dflash_core.report.plugin"]
 
-# Profiles extend Hypothesis' built-in `ci` profile (derandomized, no deadline, no database), which
-# Hypothesis loads by itself whenever CI is set. Model-backed properties never use a deadline.
-settings.register_profile("dev", max_examples=10, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", settings.get_profile("ci"), max_examples=40,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
-settings.register_profile("thorough", max_examples=400, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow])
-if os.environ.get("CI"):
-    settings.load_profile("ci")
-else:
-    settings.load_profile(os.environ.get("DFLASH_HYPOTHESIS_PROFILE", "dev"))
-
 
 def pytest_addoption(parser):
+    from dflash_core.errors import DFlashError
+    from dflash_core.options import add_pytest_option
+
     group = parser.getgroup("dflash", "DFlash Mini Lab")
-    group.addoption("--target", default=os.environ.get("DFLASH_TARGET", "mini"),
-                    help="target: 'mini' (embedded default), a local checkpoint directory, or a hub id")
-    group.addoption("--device", default=os.environ.get("DFLASH_DEVICE", "cpu"),
-                    help="device for benchmarks: cpu or cuda")
-    group.addoption("--dtype", default=os.environ.get("DFLASH_DTYPE", "auto"),
-                    help="target dtype: auto (float32 on CPU, DFLASH_GPU_DTYPE or float16 on CUDA), float32, "
-                         "float64, float16, bfloat16")
-    group.addoption("--kernels", default=os.environ.get("DFLASH_KERNELS", "auto"),
-                    help="linear-layer execution path: auto (oneDNN prepacked for CPU float32 targets with hidden "
-                         ">= 1024, else eager), eager, onednn")
+    try:
+        for name in ("target", "device", "dtype", "kernels"):
+            add_pytest_option(group, name)
+    except DFlashError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis' own plugin, so --hypothesis-profile still wins
+def pytest_configure(config):
+    """Register the Hypothesis profiles (here, not at import: see the module docstring)."""
+    import os
+
+    from hypothesis import HealthCheck, settings
+
+    from dflash_core.errors import DFlashError
+    from dflash_core.options import env_value
+
+    # Profiles extend Hypothesis' built-in `ci` profile (derandomized, no deadline, no database), which
+    # Hypothesis loads by itself whenever CI is set. Model-backed properties never use a deadline.
+    settings.register_profile("dev", max_examples=10, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("ci", settings.get_profile("ci"), max_examples=40,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+    settings.register_profile("thorough", max_examples=400, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+        return
+    try:
+        settings.load_profile(env_value("hypothesis_profile"))
+    except DFlashError as exc:
+        raise pytest.UsageError(str(exc)) from exc
 
 
 def _cuda_ok() -> bool:

@@ -1,60 +1,48 @@
 """Benchmark options, the session fixture, and seeded rotation of the case order.
 
-Every option has an environment twin (see dflash_core.bench.ENV_KNOBS); the option wins when both are set.
+Every option, its environment twin and its default come from `dflash_core.options.OPTIONS` (the README knob
+table lists them); the option wins when both are set.
 """
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 
 SESSION_KEY = "dflash_bench_session"
+_TABLE_OPTIONS = ("tokens", "prompt_limit", "rounds", "threads", "calibration_tokens", "calibration_prompt_limit",
+                  "widths", "seed")
 
 
 def pytest_addoption(parser):
+    from dflash_core.errors import DFlashError
+    from dflash_core.options import add_pytest_option
+
     g = parser.getgroup("dflash-bench", "DFlash Mini Lab benchmark")
     g.addoption("--smoke", action="store_true", help="1 prompt, 8 tokens, 1 round")
     g.addoption("--tune", action="store_true", help="choose each method's width among 1, 2, 4 on calibration prompts")
-    g.addoption("--bench-tokens", type=int, default=None, help="tokens per prompt (env DFLASH_TOKENS)")
-    g.addoption("--bench-prompts", type=int, default=None, help="benchmark prompt limit (env DFLASH_PROMPT_LIMIT)")
-    g.addoption("--bench-rounds", type=int, default=None, help="timed rounds per case (env DFLASH_REPEATS)")
-    g.addoption("--bench-threads", type=int, default=None, help="torch CPU threads (env DFLASH_THREADS)")
-    g.addoption("--calibration-tokens", type=int, default=None, help="env DFLASH_CALIBRATION_TOKENS")
-    g.addoption("--calibration-prompts", type=int, default=None, help="env DFLASH_CALIBRATION_PROMPT_LIMIT")
-    g.addoption("--bench-widths", default=os.environ.get("DFLASH_WIDTHS", "2,4,8"),
-                help="verify widths to time (each <= the drafter's block size B); 1,2,4,8 for the full matrix")
-    g.addoption("--bench-seed", type=int, default=int(os.environ.get("DFLASH_BENCH_SEED", "0")),
-                help="seed of the case-order rotation")
+    try:
+        for name in _TABLE_OPTIONS:
+            add_pytest_option(g, name)
+    except DFlashError as exc:
+        raise pytest.UsageError(str(exc)) from exc
     g.addoption("--no-references", action="store_true", help="skip the peer/bound reference rows")
 
 
 def bench_config(config):
-    from dflash_core.bench import BenchConfig, env_overrides
+    from dflash_core.bench import BenchConfig
+    from dflash_core.options import BENCH_FIELDS, option
 
-    kw = env_overrides()
-    for opt, fld in (("--bench-tokens", "tokens"), ("--bench-prompts", "prompt_limit"), ("--bench-rounds", "rounds"),
-                     ("--bench-threads", "threads"), ("--calibration-tokens", "calibration_tokens"),
-                     ("--calibration-prompts", "calibration_prompt_limit")):
-        v = config.getoption(opt)
-        if v is not None:
-            kw[fld] = v
-    return BenchConfig(target=config.getoption("--target"), device=config.getoption("--device"),
-                       dtype=config.getoption("--dtype"), kernels=config.getoption("--kernels"),
-                       smoke=config.getoption("--smoke"),
-                       tune=config.getoption("--tune"), seed=config.getoption("--bench-seed"),
+    # Each pytest option's default already is its environment value (options.add_pytest_option).
+    kw = {name: config.getoption(option(name).pytest) for name in BENCH_FIELDS}
+    return BenchConfig(smoke=config.getoption("--smoke"), tune=config.getoption("--tune"),
                        references=not config.getoption("--no-references"), **kw).sized()
 
 
 def bench_widths(config) -> list[int]:
-    try:
-        ws = sorted({int(x) for x in str(config.getoption("--bench-widths")).split(",") if x.strip()})
-    except ValueError as exc:
-        raise pytest.UsageError(f"--bench-widths must be comma-separated integers: {exc}") from exc
-    if not ws or ws[0] < 1:
-        raise pytest.UsageError("--bench-widths: every width must be >= 1")
-    return ws
+    """The verify widths (already checked: comma-separated integers >= 1)."""
+    return [int(x) for x in str(config.getoption("--bench-widths")).split(",")]
 
 
 def pytest_generate_tests(metafunc):

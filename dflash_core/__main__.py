@@ -10,31 +10,32 @@ import json
 import sys
 from pathlib import Path
 
+from . import options
 from .errors import BadInputError, DFlashError
 
-
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--target", default="mini", help="'mini' (default), a local checkpoint dir, or a hub id")
-    p.add_argument("--home", default=None, help="artifact cache (default: $DFLASH_HOME or ~/.cache/dflash-mini-lab)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+# Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
+RUN_OPTIONS = ("target", "revision", "home", "threads", "device", "dtype", "kernels")
+PREPARE_OPTIONS = ("target", "revision", "home", "threads")
+BENCH_OPTIONS = ("target", "revision", "home", "device", "dtype", "kernels")
+# What `bench` hands to the child pytest as options (the child reads the environment through the same table).
+BENCH_FORWARDED = ("target", "device", "dtype", "kernels")
 
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dflash_core", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="build the mini target (if asked), train the drafter, fit method artifacts")
-    _common(p)
+    for name in PREPARE_OPTIONS:
+        options.add_cli_option(p, name)
     p.add_argument("--refresh", action="store_true", help="rebuild even when verified artifacts exist")
     p.add_argument("--no-progress", action="store_true")
     r = sub.add_parser("run", help="decode one prompt with one method and print text + stats")
-    _common(r)
+    for name in RUN_OPTIONS:
+        options.add_cli_option(r, name)
     r.add_argument("--method", required=True)
     r.add_argument("--prompt", required=True)
-    r.add_argument("--tokens", type=int, required=True)
-    r.add_argument("--width", type=int, default=None, help="verify width 1..B (default: B)")
-    r.add_argument("--device", default="cpu")
-    r.add_argument("--dtype", default="auto")
-    r.add_argument("--kernels", default="auto", help="linear-layer path: auto, eager or onednn (CPU float32)")
+    r.add_argument("--tokens", type=int, required=True, help="new tokens to decode (>= 0)")
+    r.add_argument("--width", type=int, default=None, help="verify width 1..B (default: B); not for normal")
     r.add_argument("--eos", action="store_true", help="stop at the target's EOS token")
     r.add_argument("--no-check", action="store_true", help="skip the greedy reference comparison")
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -42,13 +43,60 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="device check: CUDA, name, memory, capability, versions, FP16 matmul")
     c.add_argument("--device", default="cuda")
     b = sub.add_parser("bench", help="prepare what is missing, run the benchmark matrix, write reports/<device>/")
-    b.add_argument("--target", default="mini")
-    b.add_argument("--device", default="cpu")
-    b.add_argument("--dtype", default="auto")
-    b.add_argument("--kernels", default="auto", help="linear-layer path: auto, eager or onednn (CPU float32)")
+    for name in BENCH_OPTIONS:
+        options.add_cli_option(b, name)
     b.add_argument("--smoke", action="store_true", help="1 prompt, 8 tokens, 1 round")
     b.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     return ap
+
+
+def _optional(**kw) -> dict:
+    """Keywords worth passing: the ones that are set (so an unset --revision reaches no function)."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _prepare_config(threads: int):
+    """prepare() sets torch's thread count from its config, so --threads travels in it."""
+    from dataclasses import replace
+
+    from .prepare import PrepareConfig
+
+    return replace(PrepareConfig(), threads=threads)
+
+
+def check_device_args(device: str, dtype: str, kernels: str):
+    """Device, dtype and kernel path, checked before anything is built or loaded. Returns the torch.device."""
+    from .device import check_device_name, resolve_device, resolve_dtype
+
+    dev = resolve_device(check_device_name(device))
+    tdtype = resolve_dtype(dtype, dev)
+    if kernels == "onednn" and (dev.type != "cpu" or str(tdtype) != "torch.float32"):
+        raise BadInputError(f"--kernels onednn is for CPU float32 targets (asked: {device} "
+                            f"{str(tdtype).replace('torch.', '')}); use --kernels eager or auto")
+    return dev
+
+
+def check_run_args(a, info) -> None:
+    """Everything `run` can check without a model: fail in a second, not after building the mini target."""
+    from .target import resolve_target_source
+
+    if a.tokens < 0:
+        raise BadInputError(f"--tokens {a.tokens}: the token budget must be an integer >= 0")
+    if a.width is not None:
+        if info.build is None:
+            raise BadInputError(f"--width does not apply to {info.id!r} (it verifies no drafts): drop --width")
+        if a.width < 1:
+            raise BadInputError(f"--width {a.width}: the verify width must be an integer in 1..B (the drafter's "
+                                "block size)")
+    try:
+        a.prompt.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadInputError(f"--prompt is not valid UTF-8 text ({exc.reason} at character {exc.start}): pass the "
+                            "prompt as UTF-8") from exc
+    if not a.prompt.strip():
+        raise BadInputError("empty prompt: give at least one non-blank character of text")
+    check_device_args(a.device, a.dtype, a.kernels)
+    resolve_target_source(a.target, a.home)
 
 
 def cmd_methods() -> int:
@@ -63,30 +111,37 @@ def cmd_methods() -> int:
 def cmd_prepare(a) -> int:
     from .prepare import prepare
 
-    out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress)
+    options.resolve(a, PREPARE_OPTIONS)
+    out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
+                  cfg=_prepare_config(a.threads), **_optional(revision=a.revision))
     print(out)
     return 0
 
 
 def cmd_run(a) -> int:
+    from .methods import get_method
+
+    options.resolve(a, RUN_OPTIONS)
+    info = get_method(a.method)
+    check_run_args(a, info)
+
     import torch
 
     from .exactness import classify
-    from .methods import get_method
     from .prepare import load_prepared, prepare
     from .runner import run_method
     from .target import load_target
 
     torch.set_num_threads(a.threads)
-    info = get_method(a.method)
-    rt = load_target(a.target, a.device, a.dtype, home=a.home, kernels=a.kernels) if a.target != "mini" else None
-    if rt is None:
+    where = _optional(revision=a.revision)
+    if a.target == "mini":
         from .artifacts import mini_target_dir
 
         if not (mini_target_dir(a.home) / "config.json").is_file():
             print("[run] the mini target is not built yet: running `prepare` first", file=sys.stderr)
-            prepare("mini", home=a.home)
-        rt = load_target("mini", a.device, a.dtype, home=a.home, kernels=a.kernels)
+            prepare("mini", home=a.home, cfg=_prepare_config(a.threads))
+            torch.set_num_threads(a.threads)
+    rt = load_target(a.target, a.device, a.dtype, home=a.home, kernels=a.kernels, **where)
     prepared = None
     if info.build is not None:
         try:
@@ -94,7 +149,8 @@ def cmd_run(a) -> int:
         except DFlashError as exc:
             print(f"[run] artifacts missing or stale ({exc}); running `prepare` first", file=sys.stderr)
             base = rt if a.device == "cpu" and str(rt.dtype) == "torch.float32" and rt.kernels == "eager" else None
-            prepare(a.target, home=a.home, rt=base)
+            prepare(a.target, home=a.home, rt=base, cfg=_prepare_config(a.threads), **where)
+            torch.set_num_threads(a.threads)
             prepared = load_prepared(rt, home=a.home, required=info.needs)
     prompt_ids = rt.encode(a.prompt)
     ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)
@@ -128,33 +184,45 @@ def cmd_bench(a) -> int:
     """The main job: pytest benchmarks with autosave; the report plugin writes reports/<device>/.
 
     pytest runs in a child process: `prepare` has already imported transformers (and its plugins' deps),
-    which pytest could then no longer assertion-rewrite.
+    which pytest could then no longer assertion-rewrite. The child reads the DFLASH_* knobs through the same
+    options table, so only what was given on this command line is forwarded as an option (forwarding this
+    parser's defaults would override the environment).
     """
+    import os
     import subprocess
 
     from .prepare import prepare
 
+    explicit = options.resolve(a, BENCH_OPTIONS)
     bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
     if not (bench_dir / "test_decode.py").is_file():
         raise BadInputError(f"no benchmarks/ next to the dflash_core package ({bench_dir}): `bench` runs from a "
                             "clone of the lab (pip install -e .), not from an installed wheel")
-    prepare(a.target)  # builds (or verifies) the artifacts on CPU float32, whatever the benchmark device
+    check_device_args(a.device, a.dtype, a.kernels)
+    env = dict(os.environ)
+    if a.home is not None:
+        env["DFLASH_HOME"] = str(a.home)
+    if a.revision is not None:
+        env["DFLASH_REVISION"] = a.revision
+    # Builds (or verifies) the artifacts on CPU float32, whatever the benchmark device.
+    prepare(a.target, home=a.home, cfg=_prepare_config(options.env_value("threads")),
+            **_optional(revision=a.revision))
     dev = a.device.split(":")[0]
     args = [sys.executable, "-m", "pytest", str(bench_dir), "-p", "no:cacheprovider", "--benchmark-autosave",
             f"--benchmark-storage=file://.benchmarks/{dev}", "--benchmark-columns=median,iqr,rounds",
-            "--benchmark-sort=name", f"--target={a.target}", f"--device={a.device}", f"--dtype={a.dtype}",
-            f"--kernels={a.kernels}"]
+            "--benchmark-sort=name"]
+    args += [f"{options.option(name).pytest}={getattr(a, name)}" for name in BENCH_FORWARDED if name in explicit]
     if a.smoke:
         args.append("--smoke")
-    rc = subprocess.call(args + list(a.pytest_args))
-    import os
-
-    root = Path(os.environ.get("DFLASH_REPORTS") or bench_dir.parent / "reports")
+    rc = subprocess.call(args + list(a.pytest_args), env=env)
+    reports = options.env_value("reports")
+    root = Path(reports) if reports else bench_dir.parent / "reports"
     print(f"report: {root / dev / 'index.html'} (report.html, benchmark.json)", file=sys.stderr)
     return rc
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 ok, 1 an exactness gate failed, 2 bad input (a clear `error:` line, no traceback)."""
     a = build_parser().parse_args(argv)
     try:
         if a.cmd == "methods":

@@ -8,7 +8,6 @@ interleaved rounds so the speedup is paired inside the run.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -17,34 +16,40 @@ from typing import Any
 from .decode import greedy, speculative
 from .device import synchronize
 from .exactness import classify
+from .options import BENCH_FIELDS, env_value, option
 
-ENV_KNOBS = {  # environment variable -> BenchConfig field (each has a pytest option twin)
-    "DFLASH_THREADS": "threads",
-    "DFLASH_TOKENS": "tokens",
-    "DFLASH_REPEATS": "rounds",
-    "DFLASH_PROMPT_LIMIT": "prompt_limit",
-    "DFLASH_CALIBRATION_TOKENS": "calibration_tokens",
-    "DFLASH_CALIBRATION_PROMPT_LIMIT": "calibration_prompt_limit",
-}
+
+def _default(name: str):
+    return option(name).default
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    target: str = "mini"
-    device: str = "cpu"
-    dtype: str = "auto"
-    kernels: str = "auto"  # linear-layer path for target and drafter alike (dflash_core.kernels)
-    tokens: int = 48  # defaults sized so the README main command (prepare included) ends in < 20 min on 2 cores
-    prompt_limit: int = 4
-    rounds: int = 3
-    calibration_tokens: int = 24
-    calibration_prompt_limit: int = 3
+    """The benchmark's settings. Defaults, environment variables and pytest options come from `options.OPTIONS`
+    (the defaults are sized so the README main command, prepare included, ends in < 20 min on 2 cores)."""
+
+    target: str = _default("target")
+    device: str = _default("device")
+    dtype: str = _default("dtype")
+    kernels: str = _default("kernels")  # linear-layer path for target and drafter alike (dflash_core.kernels)
+    tokens: int = _default("tokens")
+    prompt_limit: int = _default("prompt_limit")
+    rounds: int = _default("rounds")
+    calibration_tokens: int = _default("calibration_tokens")
+    calibration_prompt_limit: int = _default("calibration_prompt_limit")
     calibration_repeats: int = 2
-    threads: int = 2
-    seed: int = 0
+    threads: int = _default("threads")
+    seed: int = _default("seed")
     smoke: bool = False
     tune: bool = False
     references: bool = True
+
+    @classmethod
+    def from_env(cls, **explicit: Any) -> "BenchConfig":
+        """Every table-backed field from its environment variable (or default); `explicit` values win."""
+        kw = {name: env_value(name) for name in BENCH_FIELDS}
+        kw.update({k: v for k, v in explicit.items() if v is not None})
+        return cls(**kw)
 
     def sized(self) -> "BenchConfig":
         """--smoke: 1 prompt, 8 tokens, 1 round (and the smallest calibration)."""
@@ -57,19 +62,6 @@ class BenchConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def env_overrides() -> dict:
-    out: dict[str, Any] = {}
-    for var, fld in ENV_KNOBS.items():
-        if os.environ.get(var):
-            try:
-                out[fld] = int(os.environ[var])
-            except ValueError as exc:
-                from .errors import BadInputError
-
-                raise BadInputError(f"{var}={os.environ[var]!r} is not an integer") from exc
-    return out
 
 
 def _median_iqr(xs: list[float]) -> tuple[float, float]:

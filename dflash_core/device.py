@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import os
+import re
 
 from .errors import DeviceError
+from .options import env_value
 
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
 def require_gpu() -> bool:
     """True when the environment demands a GPU (GPU runners set DFLASH_REQUIRE_GPU=1)."""
-    return os.environ.get("DFLASH_REQUIRE_GPU", "").strip().lower() in ("1", "true", "yes")
+    return bool(env_value("require_gpu"))
 
 
 def cuda_available() -> bool:
@@ -20,15 +21,26 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+_DEVICE_NAME = re.compile(r"cpu|cuda(:[0-9]+)?")
+
+
+def check_device_name(name: object) -> str:
+    """Refuse anything but 'cpu', 'cuda' and 'cuda:N' by its spelling (no torch import: cheap, checked first).
+
+    torch itself accepts 'cpu:7' and ignores the index; the lab has one CPU device, so that is refused.
+    """
+    if not isinstance(name, str) or not name:
+        raise DeviceError(f"device must be a string such as 'cpu' or 'cuda', got {name!r}")
+    if not _DEVICE_NAME.fullmatch(name):
+        raise DeviceError(f"unknown device {name!r}: use 'cpu', 'cuda' or 'cuda:N' (N a CUDA device index)")
+    return name
+
+
 def resolve_device(name: str):
     """Map 'cpu', 'cuda' or 'cuda:N' to a torch.device, refusing what this machine lacks."""
     import torch
 
-    if not isinstance(name, str) or not name:
-        raise DeviceError(f"device must be a string such as 'cpu' or 'cuda', got {name!r}")
-    kind = name.split(":", 1)[0]
-    if kind not in ("cpu", "cuda"):
-        raise DeviceError(f"unknown device {name!r}: use 'cpu', 'cuda' or 'cuda:N'")
+    kind = check_device_name(name).split(":", 1)[0]
     if kind == "cuda":
         if not torch.cuda.is_available():
             raise DeviceError(
@@ -52,7 +64,7 @@ def resolve_dtype(name: str | None, device) -> "object":
 
     if name in (None, "", "auto"):
         if device.type == "cuda":
-            name = os.environ.get("DFLASH_GPU_DTYPE", "float16")
+            name = env_value("gpu_dtype")
         else:
             name = "float32"
     if name not in DTYPES:

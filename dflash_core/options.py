@@ -1,0 +1,175 @@
+"""The one table of run options and environment knobs.
+
+The CLI (`python -m dflash_core`), the root conftest (pytest options), benchmarks/conftest.py and
+`bench.BenchConfig` all read their names, environment variables, defaults and checks from `OPTIONS`, and a
+test checks the README's knob table against it. Precedence everywhere: an explicit option, else the
+environment variable, else the default. Importing this module is cheap (no torch): conftest files use it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import BadInputError
+
+DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
+KERNEL_CHOICES = ("auto", "eager", "onednn")
+HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
+
+
+def _widths(text: str) -> str:
+    """Comma-separated verify widths, each >= 1 (the upper bound B is checked once the drafter is loaded)."""
+    try:
+        ws = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError as exc:
+        raise ValueError(f"must be comma-separated integers: {exc}") from exc
+    if not ws or min(ws) < 1:
+        raise ValueError("every width must be an integer >= 1")
+    return ",".join(str(w) for w in sorted(set(ws)))
+
+
+def _flag(text: str) -> bool:
+    return str(text).strip().lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class Option:
+    """One knob. `cli` is the `python -m dflash_core` flag, `pytest` the pytest option (None: not there)."""
+
+    name: str  # attribute / BenchConfig field name
+    env: str | None
+    default: Any
+    help: str
+    type: Callable[[str], Any] = str
+    choices: tuple[str, ...] | None = None
+    minimum: int | None = None
+    cli: str | None = None
+    pytest: str | None = None
+    default_text: str | None = None  # how the README states the default (when `default` is None or terse)
+
+    def parse(self, raw: Any, source: str) -> Any:
+        """Convert and check one value; `source` names where it came from (a flag or a variable) for the error."""
+        if raw is None:
+            return None
+        try:
+            value = self.type(raw) if isinstance(raw, str) else raw
+        except (TypeError, ValueError) as exc:
+            kind = getattr(self.type, "__name__", "value").lstrip("_")
+            raise BadInputError(f"{source}={raw!r} is not a valid {kind} ({exc})") from exc
+        if self.choices is not None and value not in self.choices:
+            raise BadInputError(f"{source}={raw!r} is not one of {', '.join(self.choices)}")
+        if self.minimum is not None and value < self.minimum:
+            raise BadInputError(f"{source}={raw!r} must be an integer >= {self.minimum}")
+        return value
+
+    def from_env(self, environ: Mapping[str, str] | None = None) -> Any:
+        """The environment's value (checked), or the default when the variable is unset or empty."""
+        env = os.environ if environ is None else environ
+        raw = env.get(self.env, "") if self.env else ""
+        if not str(raw).strip():
+            return self.default
+        return self.parse(raw, self.env)
+
+    def argparse_type(self) -> Callable[[str], Any]:
+        """A converter for argparse: a bad value becomes argparse's usage error (exit 2) naming the flag."""
+        import argparse
+
+        def convert(text: str) -> Any:
+            try:
+                return self.parse(text, self.cli or self.pytest or self.name)
+            except BadInputError as exc:
+                raise argparse.ArgumentTypeError(str(exc)) from exc
+
+        convert.__name__ = self.name
+        return convert
+
+
+OPTIONS: tuple[Option, ...] = (
+    # The run: target, device, dtype, kernels (CLI run/prepare/bench and every pytest run).
+    Option("target", "DFLASH_TARGET", "mini", "target: 'mini' (embedded default), a local checkpoint directory, "
+           "or a hub id (e.g. LiquidAI/LFM2.5-350M-Base)", cli="--target", pytest="--target"),
+    Option("revision", "DFLASH_REVISION", None, "hub revision (branch, tag or commit) of a hub-id target",
+           cli="--revision", default_text="the hub's default branch"),
+    Option("device", "DFLASH_DEVICE", "cpu", "device: cpu, cuda or cuda:N (no silent CPU fallback)",
+           cli="--device", pytest="--device"),
+    Option("dtype", "DFLASH_DTYPE", "auto", "target dtype: auto (float32 on CPU, DFLASH_GPU_DTYPE on CUDA), "
+           "float32, float64, float16 (CUDA only), bfloat16", choices=DTYPE_CHOICES, cli="--dtype", pytest="--dtype"),
+    Option("gpu_dtype", "DFLASH_GPU_DTYPE", "float16", "what dtype auto means on CUDA",
+           choices=DTYPE_CHOICES[1:]),
+    Option("kernels", "DFLASH_KERNELS", "auto", "linear-layer path: auto (oneDNN-prepacked for CPU float32 targets "
+           "with hidden >= 1024, eager otherwise), eager, onednn (CPU float32 only)", choices=KERNEL_CHOICES,
+           cli="--kernels", pytest="--kernels"),
+    Option("home", "DFLASH_HOME", None, "artifact cache: the mini target, the drafter and the method fits",
+           cli="--home", default_text="~/.cache/dflash-mini-lab"),
+    Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, cli="--threads",
+           pytest="--bench-threads"),
+    # The benchmark matrix (benchmarks/conftest.py, BenchConfig).
+    Option("tokens", "DFLASH_TOKENS", 48, "benchmark tokens per prompt", type=int, minimum=0,
+           pytest="--bench-tokens"),
+    Option("rounds", "DFLASH_REPEATS", 3, "timed paired rounds per case", type=int, minimum=1,
+           pytest="--bench-rounds"),
+    Option("prompt_limit", "DFLASH_PROMPT_LIMIT", 4, "held-out benchmark prompts", type=int, minimum=1,
+           pytest="--bench-prompts"),
+    Option("calibration_tokens", "DFLASH_CALIBRATION_TOKENS", 24, "tokens per calibration prompt", type=int,
+           minimum=1, pytest="--calibration-tokens"),
+    Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 3, "calibration prompts", type=int,
+           minimum=1, pytest="--calibration-prompts"),
+    Option("widths", "DFLASH_WIDTHS", "2,4,8", "verify widths to time (each <= the drafter's block size B); "
+           "1,2,4,8 for the full matrix", type=_widths, pytest="--bench-widths"),
+    Option("seed", "DFLASH_BENCH_SEED", 0, "seed of the benchmark's case-order rotation", type=int, minimum=0,
+           pytest="--bench-seed"),
+    # Environment only.
+    Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
+           "and benchmark.json", default_text="reports/ in the repository root"),
+    Option("require_gpu", "DFLASH_REQUIRE_GPU", False, "1: a GPU test that would skip without CUDA fails instead",
+           type=_flag, default_text="0"),
+    Option("hypothesis_profile", "DFLASH_HYPOTHESIS_PROFILE", "dev", "Hypothesis profile (ci is loaded whenever "
+           "CI is set)", choices=HYPOTHESIS_PROFILES),
+)
+
+BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+# BenchConfig fields whose value comes from this table (env, then the pytest option).
+BENCH_FIELDS = ("target", "device", "dtype", "kernels", "threads", "tokens", "rounds", "prompt_limit",
+                "calibration_tokens", "calibration_prompt_limit", "seed")
+
+
+def option(name: str) -> Option:
+    return BY_NAME[name]
+
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of one knob from the environment, or its default."""
+    return BY_NAME[name].from_env(environ)
+
+
+def add_cli_option(parser, name: str, **overrides: Any) -> None:
+    """Declare `name` on an argparse parser with default None, so `resolve` can tell explicit from unset."""
+    o = BY_NAME[name]
+    shown = o.default_text or o.default
+    env = f"; env {o.env}" if o.env else ""
+    parser.add_argument(o.cli, dest=o.name, default=None, type=o.argparse_type(),
+                        help=overrides.pop("help", f"{o.help} (default {shown}{env})"), **overrides)
+
+
+def add_pytest_option(group, name: str) -> None:
+    """Declare `name` as a pytest option; its default is the environment's value (read once, here)."""
+    o = BY_NAME[name]
+    group.addoption(o.pytest, default=o.from_env(), type=o.argparse_type(),
+                    help=f"{o.help} (env {o.env}, default {o.default_text or o.default})")
+
+
+def resolve(ns, names: tuple[str, ...] | list[str]) -> list[str]:
+    """Fill each unset (None) attribute of an argparse namespace from the environment or the default.
+
+    Returns the names the user set explicitly on the command line (what `bench` forwards to pytest).
+    """
+    explicit = []
+    for name in names:
+        if getattr(ns, name, None) is not None:
+            explicit.append(name)
+        else:
+            setattr(ns, name, BY_NAME[name].from_env())
+    return explicit
