@@ -88,3 +88,19 @@ def test_unreachable_hub_says_how_to_use_a_local_checkpoint(monkeypatch, tmp_pat
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     with pytest.raises(TargetNotFoundError, match="--target /path/to/checkpoint"):
         load_target("nobody-here/not-a-model")
+
+
+@pytest.mark.parametrize("name", ["cpu:7", "cpu:0", "CPU", "cuda:", "cuda:x", " cpu", "cuda:-1", "../../elsewhere"])
+def test_device_names_other_than_cpu_cuda_cuda_n_are_refused(name):
+    """torch accepts 'cpu:7' and ignores the index; the lab refuses every spelling but cpu, cuda and cuda:N."""
+    with pytest.raises(DeviceError, match="unknown device"):
+        resolve_device(name)
+
+
+def test_cuda_index_beyond_the_device_count_is_refused(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(DeviceError, match=r"'cuda:3' does not exist: this machine has 1 CUDA device"):
+        resolve_device("cuda:3")
