@@ -148,3 +148,16 @@ def test_tox_lint_checks_the_same_paths_as_lint_sh():
     lint_sh = (REPO / "scripts/lint.sh").read_text(encoding="utf-8")
     (ruff_line,) = [ln.strip() for ln in lint_sh.splitlines() if ln.strip().startswith("ruff check")]
     assert _tox().get("testenv:lint", "commands").strip() == ruff_line
+
+
+def test_hypothesis_profile_is_loaded_by_the_root_conftest(pytestconfig):
+    """The profiles moved from import time into pytest_configure: the session must still run under one
+    (--hypothesis-profile, else ci when CI is set, else DFLASH_HYPOTHESIS_PROFILE)."""
+    import os
+
+    from hypothesis import settings
+
+    expected = (pytestconfig.getoption("hypothesis_profile", None)
+                or ("ci" if os.environ.get("CI") else env_value("hypothesis_profile")))
+    assert settings.default.max_examples == {"dev": 10, "ci": 40, "thorough": 400}[expected]
+    assert settings.default.deadline is None
