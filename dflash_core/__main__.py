@@ -78,8 +78,6 @@ def check_device_args(device: str, dtype: str, kernels: str):
 
 def check_run_args(a, info) -> None:
     """Everything `run` can check without a model: fail in a second, not after building the mini target."""
-    from .target import resolve_target_source
-
     if a.tokens < 0:
         raise BadInputError(f"--tokens {a.tokens}: the token budget must be an integer >= 0")
     if a.width is not None:
@@ -96,7 +94,17 @@ def check_run_args(a, info) -> None:
     if not a.prompt.strip():
         raise BadInputError("empty prompt: give at least one non-blank character of text")
     check_device_args(a.device, a.dtype, a.kernels)
-    resolve_target_source(a.target, a.home)
+    check_target_args(a.target, a.home, a.revision)
+
+
+def check_target_args(target: str, home, revision: str | None) -> None:
+    """The target's name (not its files) and that --revision goes with a hub id."""
+    from .target import resolve_target_source
+
+    kind, _ = resolve_target_source(target, home)
+    if revision is not None and kind != "hub":
+        raise BadInputError(f"--revision {revision!r} applies to hub ids only; {target!r} is a {kind} target: "
+                            "drop --revision (DFLASH_REVISION) or name a hub id")
 
 
 def cmd_methods() -> int:
@@ -199,6 +207,7 @@ def cmd_bench(a) -> int:
         raise BadInputError(f"no benchmarks/ next to the dflash_core package ({bench_dir}): `bench` runs from a "
                             "clone of the lab (pip install -e .), not from an installed wheel")
     check_device_args(a.device, a.dtype, a.kernels)
+    check_target_args(a.target, a.home, a.revision)
     env = dict(os.environ)
     if a.home is not None:
         env["DFLASH_HOME"] = str(a.home)

@@ -143,6 +143,8 @@ BAD_RUNS = {
     "width with normal": (["--method", "normal", "--width", "2"], "--width does not apply to 'normal'"),
     "non-UTF-8 prompt": (["--prompt", "a\udcff"], "--prompt is not valid UTF-8"),
     "blank prompt": (["--prompt", "   "], "empty prompt"),
+    "revision of the mini target": (["--revision", "v1"], "--revision 'v1' applies to hub ids only"),
+    "unknown target": (["--target", "no/such/thing"], "unknown target"),
 }
 
 
