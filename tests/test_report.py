@@ -11,11 +11,12 @@ from dflash_core.report.build import SCHEMA_VERSION, ReportInputError, build_rep
 from dflash_core.report.html import render_index, render_report
 
 
-def _bench(method, width, device="cpu", speedup=1.0, exact=True):
+def _bench(method, width, device="cpu", speedup=1.0, exact=True, rounds=None, tau=None):
+    rounds = rounds or [speedup]
     extra = {"method": method, "device": device, "width": width, "tokens_per_second": 100.0 * speedup,
              "tokens_per_second_iqr": 1.0, "normal_tokens_per_second": 100.0, "speedup": speedup,
-             "speedup_iqr": 0.05, "speedup_rounds": [speedup], "acceptance_rate": 0.5,
-             "tokens_per_target_call": 1.0 + width / 2, "accept_histogram": [1] * (width + 1),
+             "speedup_iqr": 0.05, "speedup_rounds": rounds, "acceptance_rate": 0.5, "rounds": len(rounds),
+             "tokens_per_target_call": 1.0 + width / 2 if tau is None else tau, "accept_histogram": [1] * (width + 1),
              "per_position_acceptance": [0.5] * width, "guidance_work": 0, "overhead_fraction": 0.01,
              "exact": exact, "verdicts": {"exact": 1} if exact else {"diverged": 1}}
     return {"name": f"test_decode[{method}-{device}-w{width}]",
@@ -23,7 +24,7 @@ def _bench(method, width, device="cpu", speedup=1.0, exact=True):
             "stats": {"median": 0.1, "iqr": 0.01, "rounds": 3}, "extra_info": extra}
 
 
-def _saved(benchmarks):
+def _saved(benchmarks, weights="w" * 64):
     return {"machine_info": {"node": "n", "machine": "x86_64", "cpu": {"brand_raw": "cpu"}},
             "commit_info": {"id": "abc", "dirty": False}, "datetime": "2026-11-29T00:00:00", "version": "5.3.1",
             "benchmarks": benchmarks,
@@ -32,7 +33,10 @@ def _saved(benchmarks):
                                    "dflash": {"index": 1, "label": "DFlash", "mechanism": "argmax",
                                               "complexity": "c", "stages": ["a", "b", "c", "d"]}},
                        "traces": {"dflash-w2": [{"draft": [5, 6], "accepted": 1, "token": 9, "bonus": False}]},
-                       "settings": {"tokens": 8}, "target": {"name": "mini"}}}
+                       "settings": {"tokens": 8, "widths": [0, 1, 2]},
+                       "target": {"name": "mini", "config_sha256": "c" * 64, "weights_sample_sha256": weights,
+                                  "dtype": "float32"},
+                       "provenance": {"artifacts": {"files": {"drafter.pt": {"sha256": "d" * 64, "bytes": 1}}}}}}
 
 
 def _write(tmp_path, name, doc, raw=None):
@@ -119,16 +123,162 @@ def test_payload_escapes_script_close():
     assert page.count("</script>") == 2  # the payload and the explorer script only
 
 
-def test_goals_are_computed_from_the_run():
-    from dflash_core.report.html import goals
-
+def test_goals_are_computed_into_benchmark_json_and_rendered_from_it():
     saved = _saved([_bench("normal", 0), _bench("dflash", 4, speedup=2.6)])
     saved["benchmarks"].append({"name": "test_verify_cost", "fullname": "x", "stats": {},
                                 "extra_info": {"verify_cost": {"ratio": {"4": 1.25}, "t_decode_seconds": 0.01},
                                                "device": "cpu"}})
     doc = build_report([saved], ["r"])
-    g = {x["goal"]: x for x in goals(doc)}
-    assert g["best method >= 2.5x over normal"]["ok"] and g["t_verify(4)/t_decode <= 1.3"]["ok"]
-    bound = g[">= 80% of the bound (w+1)·t_dec/t_ver(w) at the best width"]
-    assert abs(bound["figure"] - 2.6 / (5 / 1.25)) < 1e-9 and not bound["ok"]
-    assert 'id=goals-table' in render_report(doc)
+    g = {x["id"]: x for x in doc["goals"]}
+    assert g["speedup"]["ok"] and g["verify_cost"]["ok"]
+    assert abs(g["bound"]["figure"] - 2.6 / (5 / 1.25)) < 1e-9 and not g["bound"]["ok"]
+    doc["goals"][0]["goal"] = "goal text taken from the document"
+    page = render_report(doc)
+    assert 'id=goals-table' in page and "goal text taken from the document" in page
+    assert "issue 8" not in page
+
+
+# --- pooling (issue 18.5) ------------------------------------------------------------------------------
+
+def test_runs_of_one_model_pool_their_rounds():
+    a = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.05, rounds=[1.0, 1.1])])
+    b = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.25, rounds=[1.2, 1.3])])
+    doc = build_report([a, b], ["a.json", "b.json"])
+    row = doc["methods"]["dflash"]["rows"]["2"]
+    assert sorted(row["speedup_rounds"]) == [1.0, 1.1, 1.2, 1.3] and row["rounds"] == 4
+    assert abs(row["speedup"] - 1.15) < 1e-12  # the median of all four paired rounds, not the last file's 1.25
+    assert doc["runs"][0]["model_sha256"] == doc["runs"][1]["model_sha256"]
+
+
+def test_runs_of_different_models_are_refused_naming_both_hashes():
+    from dflash_core.report.build import identity_hash, model_identity
+
+    a = _saved([_bench("normal", 0), _bench("dflash", 2)])
+    b = _saved([_bench("normal", 0), _bench("dflash", 2)], weights="e" * 64)
+    ha, hb = identity_hash(model_identity(a)), identity_hash(model_identity(b))
+    with pytest.raises(ReportInputError, match=f"different models.*{ha[:16]}.*{hb[:16]}"):
+        build_report([a, b], ["a.json", "b.json"])
+
+
+# --- the gate (issue 18.3) ------------------------------------------------------------------------------
+
+def _gate_files(tmp_path, new_bench):
+    base = _write(tmp_path, "base.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5,
+                                                                               rounds=[1.45, 1.5, 1.55])]))
+    new = _write(tmp_path, "new.json", _saved([_bench("normal", 0), new_bench]))
+    return [str(base), str(new)]
+
+
+def test_gate_passes_identical_runs_and_noise(tmp_path, capsys):
+    same = _bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55])
+    assert report_main(["gate", *_gate_files(tmp_path, same)]) == 0
+    # 20% slower median, but the rounds overlap the baseline's: noise, not a regression
+    assert report_main(["gate", *_gate_files(tmp_path, _bench("dflash", 2, speedup=1.2, rounds=[0.9, 1.2, 1.9]))]) == 0
+    assert "no regression" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("new,what", [
+    (_bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], tau=1.5), "tokens per target call"),
+    (_bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], exact=False), "diverged"),
+    (_bench("dflash", 2, speedup=1.1, rounds=[1.05, 1.1, 1.15]), "paired speedup"),
+    (_bench("dflash", 1, speedup=1.5), "missing from NEW"),
+])
+def test_gate_fails_on_a_real_regression(tmp_path, capsys, new, what):
+    assert report_main(["gate", *_gate_files(tmp_path, new)]) == 1
+    assert what in capsys.readouterr().out
+
+
+def test_gate_reads_a_canonical_benchmark_json(tmp_path):
+    files = _gate_files(tmp_path, _bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], tau=1.0))
+    assert report_main([files[0], "--out", str(tmp_path / "r")]) == 0
+    assert report_main(["gate", str(tmp_path / "r" / "cpu" / "benchmark.json"), files[1]]) == 1
+
+
+# --- run ids, as pytest-benchmark compare takes them (issue 18.2) ----------------------------------------
+
+def test_cli_takes_run_ids_from_the_default_storage_layout(tmp_path, monkeypatch):
+    store = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    store.mkdir(parents=True)
+    (store / "0001_abc_20260101_000000.json").write_text(json.dumps(_saved([_bench("normal", 0),
+                                                                             _bench("dflash", 2, speedup=1.5)])))
+    monkeypatch.chdir(tmp_path)
+    assert report_main(["0001", "--out", "reports"]) == 0
+    assert json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())["winner"]["method"] == "dflash"
+    assert report_main(["0009"]) == 2
+
+
+def test_ambiguous_run_id_is_refused(tmp_path, monkeypatch, capsys):
+    for machine in ("cpu", "Linux-CPython-3.11-64bit"):
+        d = tmp_path / ".benchmarks" / machine
+        d.mkdir(parents=True)
+        (d / "0001_abc.json").write_text(json.dumps(_saved([_bench("normal", 0)])))
+    monkeypatch.chdir(tmp_path)
+    assert report_main(["0001"]) == 2
+    assert "ambiguous" in capsys.readouterr().err
+
+
+# --- hostile and malformed input (issue 19) --------------------------------------------------------------
+
+@pytest.mark.parametrize("device", ["../../elsewhere", "/tmp/abs", "cpu/../../x", "cuda:0/.."])
+def test_device_names_cannot_move_the_report_out_of_its_folder(tmp_path, capsys, device):
+    saved = _saved([_bench("normal", 0, device=device), _bench("dflash", 2, device=device)])
+    out = tmp_path / "a" / "b" / "reports"
+    assert report_main([str(_write(tmp_path, "x.json", saved)), "--out", str(out)]) == 2
+    assert "not a device name" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["x.json"]
+
+
+def test_write_report_refuses_an_unknown_device_in_a_document(tmp_path):
+    from dflash_core.report.write import write_report
+
+    doc = build_report([_saved([_bench("normal", 0)])], ["r"])
+    doc["device"] = "../elsewhere"
+    with pytest.raises(ReportInputError, match="not a device name"):
+        write_report(doc, tmp_path / "reports")
+    assert not list(tmp_path.rglob("*.html"))
+
+
+def test_failed_rebuild_leaves_the_previous_report_whole(tmp_path, monkeypatch):
+    import dflash_core.report.write as write
+
+    old = _write(tmp_path, "old.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5)]))
+    assert report_main([str(old), "--out", str(tmp_path / "r")]) == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r" / "cpu").iterdir()}
+
+    def broken(doc):
+        raise RuntimeError("renderer crashed")
+
+    monkeypatch.setattr(write, "render_index", broken)
+    new = _write(tmp_path, "new.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=2.5)]))
+    with pytest.raises(RuntimeError, match="renderer crashed"):
+        report_main([str(new), "--out", str(tmp_path / "r")])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r" / "cpu").iterdir()} == before
+
+
+def _foreign(names):
+    return {"machine_info": {"node": "n"}, "datetime": "2026-01-01", "version": "5.2.3",
+            "benchmarks": [{"name": n, "fullname": f"t.py::{n}", "stats": {"median": 1.0, "iqr": 0.1, "rounds": 3},
+                            "extra_info": {}} for n in names]}
+
+
+@pytest.mark.parametrize("raw,what", [
+    (b'{"benchmarks": [], "machine_info": {}, "datetime": "\xff\xfe"}', "not UTF-8"),
+    (json.dumps(_foreign(["test_decode_json", "test_decode[x]"])).encode(), "no 'dflash' section"),
+    (json.dumps(_foreign(["test_sort", "test_parse"])).encode(), "no 'dflash' section"),
+    (json.dumps(_saved([])).encode(), "no lab rows"),
+    (json.dumps(_saved([{**_bench("dflash", 2), "extra_info": {**_bench("dflash", 2)["extra_info"],
+                                                                 "speedup": "fast"}}])).encode(),
+     "extra_info.speedup must be a number"),
+    (json.dumps(_saved([{**_bench("dflash", 2), "extra_info": {"method": "dflash"}}])).encode(), "lacks 'width'"),
+    (json.dumps(_saved([{**_bench("dflash", 2), "extra_info": {**_bench("dflash", 2)["extra_info"],
+                                                                 "verdicts": {"exact": "1"}}}])).encode(),
+     "extra_info.verdicts"),
+    (json.dumps({**_saved([]), "benchmarks": [3]}).encode(), "must be an object"),
+])
+def test_bad_report_input_is_a_clear_error_exit_2(tmp_path, capsys, raw, what):
+    p = tmp_path / "in.json"
+    p.write_bytes(raw)
+    assert report_main([str(p), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and what in err
+    assert not (tmp_path / "r").exists()
