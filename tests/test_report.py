@@ -282,3 +282,88 @@ def test_bad_report_input_is_a_clear_error_exit_2(tmp_path, capsys, raw, what):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and what in err
     assert not (tmp_path / "r").exists()
+
+
+# --- the pages: escaping (issue 19.1) and what they say (issue 18.9) ------------------------------------
+
+HOSTILE = "<img src=x onerror=\"document.body.setAttribute('data-'+'pwned','1')\"><script>alert(1)</script>"
+
+
+def hostile_saved() -> dict:
+    """A saved run with markup in every free-text field a page shows (also used by the browser test)."""
+    d = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5)])
+    d["machine_info"].update(node=HOSTILE, system=HOSTILE)
+    d["commit_info"]["id"] = HOSTILE
+    d["datetime"] = HOSTILE
+    lab = d["dflash"]
+    lab["settings"].update(tokens=HOSTILE, prompt_limit=HOSTILE, rounds=HOSTILE, threads=HOSTILE)
+    lab["target"].update(name=HOSTILE, dtype=HOSTILE)
+    lab["methods"]["dflash"].update(label=HOSTILE, mechanism=HOSTILE)
+    lab["calibration"] = {"act": {"selected": HOSTILE, "table": [{"key": HOSTILE, "tokens_per_second": 1.0}]}}
+    lab["token_text"] = {"5": "<!--<script>", "6": HOSTILE, "9": "</script><img src=y onerror=alert(2)>"}
+    return d
+
+
+class _Tags:
+    """Every element and attribute the browser's parser would create."""
+
+    def __init__(self, page: str):
+        from html.parser import HTMLParser
+
+        self.tags, self.attrs = [], []
+        outer = self
+
+        class P(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                outer.tags.append(tag)
+                outer.attrs.extend(k for k, _ in attrs)
+
+            def handle_comment(self, data):
+                outer.tags.append("!--")
+
+        P().feed(page)
+
+
+def test_pages_escape_every_saved_value():
+    doc = build_report([hostile_saved()], ["r"])
+    row = doc["methods"]["dflash"]["rows"]["2"]  # values validation would refuse, to test the renderer alone
+    row.update(guidance_work=HOSTILE, accept_histogram=[HOSTILE], verdicts={"tie": HOSTILE})
+    doc["device"] = HOSTILE
+    doc["goals"][0]["goal"] = HOSTILE
+    for page in (render_report(doc), render_index(doc)):
+        t = _Tags(page)
+        assert "img" not in t.tags and "!--" not in t.tags
+        assert t.tags.count("script") == page.count("<script") and page.count("<script") <= 2
+        assert not [a for a in t.attrs if a.startswith("on")]
+        payload = page.split("<script id=payload type=application/json>", 1)[1].split("</script>", 1)[0]
+        assert "<" not in payload and json.loads(payload)["token_text"]["5"] == "<!--<script>"
+
+
+def test_report_page_says_what_it_draws_and_where_it_came_from():
+    a = _saved([_bench("normal", 0), _bench("dflash", 1, speedup=1.2, rounds=[1.0, 1.2, 1.4]),
+                _bench("dflash", 2, speedup=1.5, rounds=[1.3, 1.5, 1.9])])
+    a["benchmarks"].append({"name": "test_reference[generate-cpu]", "fullname": "x", "stats": {},
+                            "extra_info": {"reference": "generate", "device": "cpu", "tokens_per_second": 93.0,
+                                           "speedup": 0.93, "speedup_iqr": 0.0, "speedup_rounds": [0.93],
+                                           "exact": True, "verdicts": {"exact": 1}}})
+    doc = build_report([a], ["r"])
+    best = doc["methods"]["dflash"]["best"]
+    assert best["width"] == 2 and best["selection"] == "post-hoc"
+    assert (best["speedup_q1"], best["speedup_q3"]) == (1.4, 1.7)  # inclusive quartiles of the rounds
+    assert doc["settings"]["widths"] == [1, 2]  # normal's width 0 is not a verify width
+    page = render_report(doc)
+    header = page.split("</header>", 1)[0]
+    assert "2026-11-29T00:00:00" in header and "commit abc" in header and ">n<" not in header and " n (" in header
+    assert "post-hoc" in page and "Q1–Q3" in page and "not paired" in page
+    assert "cached greedy" in page and "generate()" in page and "0.930× normal" in page
+    chart = page.split("<svg", 1)[1].split("</svg>", 1)[0]
+    assert "Q1–Q3 1.400–1.700" in chart
+
+
+def test_width_chosen_on_calibration_is_not_post_hoc():
+    a = _saved([_bench("normal", 0), _bench("dflash", 1, speedup=1.2), _bench("dflash", 2, speedup=1.5)])
+    a["dflash"]["tuned_widths"] = {"dflash": 1}
+    doc = build_report([a], ["r"])
+    assert doc["methods"]["dflash"]["best"]["width"] == 1
+    assert doc["methods"]["dflash"]["best"]["selection"] == "calibration"
+    assert "chosen on calibration" in render_report(doc)
