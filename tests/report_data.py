@@ -10,6 +10,7 @@ def bench_row(method, width, device="cpu", speedup=1.0, exact=True, rounds=None,
              "speedup_iqr": 0.05, "speedup_rounds": rounds, "acceptance_rate": 0.5, "rounds": len(rounds),
              "tokens_per_target_call": 1.0 + width / 2 if tau is None else tau, "accept_histogram": [1] * (width + 1),
              "per_position_acceptance": [0.5] * width, "guidance_work": 0, "overhead_fraction": 0.01,
+             "target_calls": width + 1, "draft_calls": width,
              "exact": exact, "verdicts": {"exact": 1} if exact else {"diverged": 1}}
     return {"name": f"test_decode[{method}-{device}-w{width}]",
             "fullname": f"benchmarks/test_decode.py::test_decode[{method}-{device}-w{width}]",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -116,10 +117,21 @@ def test_goals_are_computed_into_benchmark_json_and_rendered_from_it():
 
 # --- pooling (issue 18.5) ------------------------------------------------------------------------------
 
+def _generate_row(speedup):
+    return {"name": "test_reference[generate-cpu]", "fullname": "x", "stats": {},
+            "extra_info": {"reference": "generate", "device": "cpu", "tokens_per_second": 93.0, "speedup": speedup,
+                           "speedup_iqr": 0.0, "speedup_rounds": [speedup], "exact": True, "verdicts": {"exact": 1}}}
+
+
 def test_runs_of_one_model_pool_their_rounds():
-    a = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.05, rounds=[1.0, 1.1])])
-    b = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.25, rounds=[1.2, 1.3])])
+    import jsonschema
+
+    a = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.05, rounds=[1.0, 1.1]), _generate_row(0.9)])
+    b = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.25, rounds=[1.2, 1.3]), _generate_row(0.8)])
     doc = build_report([a, b], ["a.json", "b.json"])
+    schema = json.loads((Path(__file__).parents[1] / "dflash_core/report/benchmark.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(doc)))
+    assert doc["references"]["generate"]["speedup_rounds"] == [0.9, 0.8]
     row = doc["methods"]["dflash"]["rows"]["2"]
     assert sorted(row["speedup_rounds"]) == [1.0, 1.1, 1.2, 1.3] and row["rounds"] == 4
     assert abs(row["speedup"] - 1.15) < 1e-12  # the median of all four paired rounds, not the last file's 1.25
@@ -299,11 +311,7 @@ def test_pages_escape_every_saved_value():
 
 def test_report_page_says_what_it_draws_and_where_it_came_from():
     a = _saved([_bench("normal", 0), _bench("dflash", 1, speedup=1.2, rounds=[1.0, 1.2, 1.4]),
-                _bench("dflash", 2, speedup=1.5, rounds=[1.3, 1.5, 1.9])])
-    a["benchmarks"].append({"name": "test_reference[generate-cpu]", "fullname": "x", "stats": {},
-                            "extra_info": {"reference": "generate", "device": "cpu", "tokens_per_second": 93.0,
-                                           "speedup": 0.93, "speedup_iqr": 0.0, "speedup_rounds": [0.93],
-                                           "exact": True, "verdicts": {"exact": 1}}})
+                _bench("dflash", 2, speedup=1.5, rounds=[1.3, 1.5, 1.9]), _generate_row(0.93)])
     doc = build_report([a], ["r"])
     best = doc["methods"]["dflash"]["best"]
     assert best["width"] == 2 and best["selection"] == "post-hoc"

@@ -230,10 +230,11 @@ def _pool_rows(rows: list[dict]) -> dict:
         q1, med, q3 = quartiles(sp)
         out.update(speedup=med, speedup_iqr=q3 - q1, speedup_rounds=sp,
                    tokens_per_second=statistics.median(r["tokens_per_second"] for r in rows),
-                   normal_tokens_per_second=statistics.median(r["normal_tokens_per_second"] for r in rows),
                    exact=all(r["exact"] for r in rows),
                    verdicts={k: sum(r["verdicts"].get(k, 0) for r in rows) for k in VERDICTS
                              if any(k in r["verdicts"] for r in rows)})
+        if all("normal_tokens_per_second" in r for r in rows):
+            out["normal_tokens_per_second"] = statistics.median(r["normal_tokens_per_second"] for r in rows)
         if all("rounds" in r for r in rows):
             out["rounds"] = sum(r["rounds"] for r in rows)
         out["tokens_per_second_runs"] = [r["tokens_per_second"] for r in rows]
