@@ -242,6 +242,39 @@ def test_readme_compare_flow_runs_as_written_from_the_repo_root(tiny_lab, tmp_pa
     assert "tokens per target call" not in gate.stdout and "exactness" not in gate.stdout, gate.stdout
 
 
+def test_hostile_saved_run_runs_no_script_in_chromium(tmp_path):
+    """Markup in every free-text field of a saved run (and `<!--<script>` as token text): the pages show it as
+    text, no handler runs, and the explorer still fills its menu, its chips and the preceding context."""
+    from dflash_core.report.__main__ import main as report_main
+
+    from .report_data import hostile_saved
+
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail(".ci/run installs Debian's chromium; none was found on PATH")
+        pytest.skip("no headless Chromium on this machine (Debian: apt-get install chromium)")
+    saved = tmp_path / "0001_hostile.json"
+    saved.write_text(json.dumps(hostile_saved()))
+    assert report_main([str(saved), "--out", str(tmp_path / "reports")]) == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom"]
+    for page in ("index.html", "report.html"):
+        out = subprocess.run([browser, *flags, (tmp_path / "reports" / "cpu" / page).as_uri()],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        dom = out.stdout
+        assert 'data-pwned="1"' not in dom and "<img" not in dom, f"injected markup ran in {page}"
+        assert "&lt;img src=x onerror=" in dom, f"{page} no longer shows the hostile text as text"
+    # the explorer ran: menu filled, chips drawn, and (after round 1 at 2.1 s) the text committed before the round
+    assert dom.count("<option") == 0  # report.html has no explorer
+    index = subprocess.run([browser, *flags, (tmp_path / "reports" / "cpu" / "index.html").as_uri()],
+                           capture_output=True, text=True, timeout=120).stdout
+    assert index.count("<option") == 1 and 'class="chip' in index
+    context = index.split('id="context"', 1)[1].split("</div>", 1)[0]
+    assert "&lt;!--&lt;script&gt;&lt;/script&gt;&lt;img src=y" in context, context
+
+
 def test_cli_bench_runs_the_matrix_in_a_child_pytest(tiny_lab, tmp_path):
     """`python -m dflash_core bench` (the README main command's engine) from any working directory."""
     import sys
