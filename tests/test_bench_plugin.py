@@ -210,7 +210,7 @@ def test_readme_compare_flow_runs_as_written_from_the_repo_root(tiny_lab, tmp_pa
     import sys
 
     root = tmp_path / "repo"
-    root.mkdir()
+    (root / "tests").mkdir(parents=True)  # pytest.ini's testpaths, as in the repository root
     _copy_lab(root)
     env = {k: v for k, v in os.environ.items() if k not in ("DFLASH_REPORTS", "PYTEST_ADDOPTS")}
     env.update(DFLASH_HOME=str(tiny_lab["home"]),
