@@ -14,18 +14,22 @@ def f(x, nd=2):
 
 
 def main(path: str) -> None:
-    d = json.load(open(path))
+    with open(path, encoding="utf-8") as fh:
+        d = json.load(fh)
     st, tg = d["settings"], d["target"]
     print(f"target {tg.get('name')} ({tg.get('dtype')}), {st.get('prompt_limit')} prompts x {st.get('tokens')} tokens, "
           f"{st.get('rounds')} paired rounds, {st.get('threads')} threads, widths {st.get('widths')}; "
           f"all exact: {d['exactness']['all_exact']}\n")
-    print("| # | method | best w | tok/s | speedup (median ± IQR) | tok/target call | acceptance | loop overhead |")
+    print("| # | method | width (choice) | tok/s (not paired) | paired speedup, median [Q1–Q3] | tok/target call | "
+          "acceptance | loop overhead |")
     print("|---|---|---|---|---|---|---|---|")
     for mid, m in sorted(d["methods"].items(), key=lambda kv: kv[1].get("index") or 0):
         b = m["best"]
         r = m["rows"][str(b["width"])]
-        print(f"| {m.get('index', 0):02d} | {mid} | {b['width']} | {f(b['tokens_per_second'], 1)} | "
-              f"{f(b['speedup'])}× ± {f(b['speedup_iqr'])} | {f(b['tokens_per_target_call'])} | "
+        print(f"| {m.get('index', 0):02d} | {mid} | {b['width']} ({b.get('selection', '?')}) | "
+              f"{f(b['tokens_per_second'], 1)} | {f(b['speedup'])}× "
+              f"[{f(b.get('speedup_q1'))}–{f(b.get('speedup_q3'))}] | "
+              f"{f(b['tokens_per_target_call'])} | "
               f"{f(100 * b['acceptance_rate'], 1)}% | {f(100 * r.get('overhead_fraction', 0), 1)}% |")
     widths = sorted({int(w) for m in d["methods"].values() for w in m["rows"] if int(w) > 0})
     print("\n| method | " + " | ".join(f"w={w}: speedup / τ / accept" for w in widths) + " |")
@@ -48,13 +52,16 @@ def main(path: str) -> None:
     print("\n| reference (not a method) | tok/s | vs normal | exact |")
     print("|---|---|---|---|")
     for k, r in sorted(d["references"].items()):
-        print(f"| {k} | {f(r['tokens_per_second'], 1)} | {f(r['speedup'])}× ± {f(r['speedup_iqr'])} | {r['exact']} |")
+        print(f"| {k} | {f(r['tokens_per_second'], 1)} | {f(r['speedup'])}× [{f(r.get('speedup_q1'))}–"
+              f"{f(r.get('speedup_q3'))}] | {r['exact']} |")
     vc = d.get("verify_cost") or {}
     if vc:
         print(f"\nverify cost t_verify(w)/t_decode (t_decode {f(1000 * vc['t_decode_seconds'])} ms): "
               + ", ".join(f"w={w}: {f(v)}" for w, v in vc["ratio"].items()))
         print("upper bound (w+1)·t_dec/t_ver(w): " + ", ".join(f"w={w}: {f(v)}×"
                                                              for w, v in d["upper_bound_speedup"].items()))
+    for g in d.get("goals", []):
+        print(f"- goal {g['goal']}: {f(g['figure'])} ({'met' if g['ok'] else 'missed'})")
     print("\ncalibration (calibration prompts only):")
     for mid, rec in d.get("calibration", {}).items():
         sel = rec.get("selected_options", rec.get("selected", rec.get("options")))

@@ -68,6 +68,18 @@ def test_smoke_run_passes_and_names_the_report(smoke_run):
     assert "dflash report:" in proc.stdout and str(smoke_run["reports"]) in proc.stdout
 
 
+def test_each_case_prints_its_result_as_it_finishes(smoke_run):
+    """Not only dots for minutes: one line per case with its speedup, tokens per call and verdict."""
+    import re
+
+    lines = [ln for ln in smoke_run["proc"].stdout.splitlines() if ln.startswith("dflash case ")]
+    names = {b["name"] for b in json.loads(smoke_run["out"].read_text())["benchmarks"]}
+    pat = re.compile(r"^dflash case (test_\w+\[[^\]]+\]): speedup [0-9.]+x \(IQR [0-9.]+\)( tok/call [0-9.]+)? "
+                     r"(exact|DIVERGED)")
+    assert {m.group(1) for ln in lines if (m := pat.match(ln))} == names - {"test_verify_cost"}
+    assert any("test_decode[dflash-cpu-w2]: " in ln and " tok/call " in ln and " exact" in ln for ln in lines)
+
+
 def test_stable_benchmark_ids(smoke_run):
     from dflash_core.bench import REFERENCES
     from dflash_core.methods import speculative_ids
@@ -181,6 +193,86 @@ def test_pages_render_in_headless_chromium(smoke_run, tmp_path):
     subprocess.run([browser, *flags, "--window-size=1200,900", f"--screenshot={shot}",
                     (smoke_run["reports"] / "index.html").as_uri()], capture_output=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 10_000, "the page rendered blank"
+
+
+def _readme_flow() -> list[str]:
+    """The command lines of the README's compare/report/gate block, exactly as written there."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Compare runs, rebuild reports, gate regressions", 1)[1].split("```bash", 1)[1]
+    return [ln.strip() for ln in block.split("```", 1)[0].splitlines() if ln.strip()]
+
+
+def test_readme_compare_flow_runs_as_written_from_the_repo_root(tiny_lab, tmp_path):
+    """The design card's flow from a copy of the repository root: two autosaved runs, pytest-benchmark compare
+    (which imports the root conftest.py), the pooled report and the gate, each the README's own line (the
+    benchmark runs get the tiny target and a small selection appended)."""
+    import shlex
+    import sys
+
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)  # pytest.ini's testpaths, as in the repository root
+    _copy_lab(root)
+    env = {k: v for k, v in os.environ.items() if k not in ("DFLASH_REPORTS", "PYTEST_ADDOPTS")}
+    env.update(DFLASH_HOME=str(tiny_lab["home"]),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    sizing = ["-p", "no:cacheprovider", "--smoke", "--target", str(tiny_lab["ckpt"]), "--bench-widths", "1",
+              "-k", "normal or dflash-cpu or generate or verify_cost"]
+    tools = {"pytest": [sys.executable, "-m", "pytest"], "python": [sys.executable],
+             "pytest-benchmark": [str(Path(sys.executable).parent / "pytest-benchmark")]}
+    flow = _readme_flow()
+    assert [ln.split()[0] for ln in flow] == ["pytest", "pytest", "pytest-benchmark", "python", "python"], flow
+    outs = []
+    for line in flow:
+        argv = shlex.split(line)
+        cmd = tools[argv[0]] + argv[1:] + (sizing if argv[:2] == ["pytest", "benchmarks"] else [])
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        outs.append(proc)
+        if "gate" not in argv:
+            assert proc.returncode == 0, f"{line}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    saved = sorted(p.name[:4] for p in (root / ".benchmarks").rglob("*.json"))
+    assert saved == ["0001", "0002"], "plain autosave must store both runs where compare and report look"
+    compare = outs[2].stdout
+    assert "0001_" in compare and "0002_" in compare and "test_decode[dflash-cpu-w1]" in compare
+    assert "test_reference[generate-cpu]" in compare and "test_verify_cost" in compare
+    doc = json.loads((root / "reports" / "cpu" / "benchmark.json").read_text())
+    assert len(doc["runs"]) == 2 and doc["methods"]["dflash"]["rows"]["1"]["rounds"] == 2  # pooled rounds
+    gate = outs[4]
+    assert gate.returncode in (0, 1) and ("gate: no regression" in gate.stdout or "regression(s)" in gate.stdout)
+    # one round each: the speedup may move, but the deterministic checks must pass between runs of one code
+    assert "tokens per target call" not in gate.stdout and "exactness" not in gate.stdout, gate.stdout
+
+
+def test_hostile_saved_run_runs_no_script_in_chromium(tmp_path):
+    """Markup in every free-text field of a saved run (and `<!--<script>` as token text): the pages show it as
+    text, no handler runs, and the explorer still fills its menu, its chips and the preceding context."""
+    from dflash_core.report.__main__ import main as report_main
+
+    from .report_data import hostile_saved
+
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("CI"):
+            pytest.fail(".ci/run installs Debian's chromium; none was found on PATH")
+        pytest.skip("no headless Chromium on this machine (Debian: apt-get install chromium)")
+    saved = tmp_path / "0001_hostile.json"
+    saved.write_text(json.dumps(hostile_saved()))
+    assert report_main([str(saved), "--out", str(tmp_path / "reports")]) == 0
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom"]
+    for page in ("index.html", "report.html"):
+        out = subprocess.run([browser, *flags, (tmp_path / "reports" / "cpu" / page).as_uri()],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        dom = out.stdout
+        assert 'data-pwned="1"' not in dom and "<img" not in dom, f"injected markup ran in {page}"
+        assert "&lt;img src=x onerror=" in dom, f"{page} no longer shows the hostile text as text"
+    # the explorer ran: menu filled, chips drawn, and (after round 1 at 2.1 s) the text committed before the round
+    assert dom.count("<option") == 0  # report.html has no explorer
+    index = subprocess.run([browser, *flags, (tmp_path / "reports" / "cpu" / "index.html").as_uri()],
+                           capture_output=True, text=True, timeout=120).stdout
+    assert index.count("<option") == 1 and 'class="chip' in index
+    context = index.split('id="context"', 1)[1].split("</div>", 1)[0]
+    assert "&lt;!--&lt;script&gt;&lt;/script&gt;&lt;img src=y" in context, context
 
 
 def test_cli_bench_runs_the_matrix_in_a_child_pytest(tiny_lab, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,29 +11,9 @@ from dflash_core.report.__main__ import main as report_main
 from dflash_core.report.build import SCHEMA_VERSION, ReportInputError, build_report, load_saved
 from dflash_core.report.html import render_index, render_report
 
-
-def _bench(method, width, device="cpu", speedup=1.0, exact=True):
-    extra = {"method": method, "device": device, "width": width, "tokens_per_second": 100.0 * speedup,
-             "tokens_per_second_iqr": 1.0, "normal_tokens_per_second": 100.0, "speedup": speedup,
-             "speedup_iqr": 0.05, "speedup_rounds": [speedup], "acceptance_rate": 0.5,
-             "tokens_per_target_call": 1.0 + width / 2, "accept_histogram": [1] * (width + 1),
-             "per_position_acceptance": [0.5] * width, "guidance_work": 0, "overhead_fraction": 0.01,
-             "exact": exact, "verdicts": {"exact": 1} if exact else {"diverged": 1}}
-    return {"name": f"test_decode[{method}-{device}-w{width}]",
-            "fullname": f"benchmarks/test_decode.py::test_decode[{method}-{device}-w{width}]",
-            "stats": {"median": 0.1, "iqr": 0.01, "rounds": 3}, "extra_info": extra}
-
-
-def _saved(benchmarks):
-    return {"machine_info": {"node": "n", "machine": "x86_64", "cpu": {"brand_raw": "cpu"}},
-            "commit_info": {"id": "abc", "dirty": False}, "datetime": "2026-11-29T00:00:00", "version": "5.3.1",
-            "benchmarks": benchmarks,
-            "dflash": {"methods": {"normal": {"index": 0, "label": "Normal", "mechanism": "m", "complexity": "c",
-                                              "stages": []},
-                                   "dflash": {"index": 1, "label": "DFlash", "mechanism": "argmax",
-                                              "complexity": "c", "stages": ["a", "b", "c", "d"]}},
-                       "traces": {"dflash-w2": [{"draft": [5, 6], "accepted": 1, "token": 9, "bonus": False}]},
-                       "settings": {"tokens": 8}, "target": {"name": "mini"}}}
+from .report_data import HOSTILE, hostile_saved
+from .report_data import bench_row as _bench
+from .report_data import saved_run as _saved
 
 
 def _write(tmp_path, name, doc, raw=None):
@@ -119,16 +100,236 @@ def test_payload_escapes_script_close():
     assert page.count("</script>") == 2  # the payload and the explorer script only
 
 
-def test_goals_are_computed_from_the_run():
-    from dflash_core.report.html import goals
-
+def test_goals_are_computed_into_benchmark_json_and_rendered_from_it():
     saved = _saved([_bench("normal", 0), _bench("dflash", 4, speedup=2.6)])
     saved["benchmarks"].append({"name": "test_verify_cost", "fullname": "x", "stats": {},
                                 "extra_info": {"verify_cost": {"ratio": {"4": 1.25}, "t_decode_seconds": 0.01},
                                                "device": "cpu"}})
     doc = build_report([saved], ["r"])
-    g = {x["goal"]: x for x in goals(doc)}
-    assert g["best method >= 2.5x over normal"]["ok"] and g["t_verify(4)/t_decode <= 1.3"]["ok"]
-    bound = g[">= 80% of the bound (w+1)·t_dec/t_ver(w) at the best width"]
-    assert abs(bound["figure"] - 2.6 / (5 / 1.25)) < 1e-9 and not bound["ok"]
-    assert 'id=goals-table' in render_report(doc)
+    g = {x["id"]: x for x in doc["goals"]}
+    assert g["speedup"]["ok"] and g["verify_cost"]["ok"]
+    assert abs(g["bound"]["figure"] - 2.6 / (5 / 1.25)) < 1e-9 and not g["bound"]["ok"]
+    doc["goals"][0]["goal"] = "goal text taken from the document"
+    page = render_report(doc)
+    assert 'id=goals-table' in page and "goal text taken from the document" in page
+    assert "issue 8" not in page
+
+
+# --- pooling (issue 18.5) ------------------------------------------------------------------------------
+
+def _generate_row(speedup):
+    return {"name": "test_reference[generate-cpu]", "fullname": "x", "stats": {},
+            "extra_info": {"reference": "generate", "device": "cpu", "tokens_per_second": 93.0, "speedup": speedup,
+                           "speedup_iqr": 0.0, "speedup_rounds": [speedup], "exact": True, "verdicts": {"exact": 1}}}
+
+
+def test_runs_of_one_model_pool_their_rounds():
+    import jsonschema
+
+    a = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.05, rounds=[1.0, 1.1]), _generate_row(0.9)])
+    b = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.25, rounds=[1.2, 1.3]), _generate_row(0.8)])
+    doc = build_report([a, b], ["a.json", "b.json"])
+    schema = json.loads((Path(__file__).parents[1] / "dflash_core/report/benchmark.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(json.loads(json.dumps(doc)))
+    assert doc["references"]["generate"]["speedup_rounds"] == [0.9, 0.8]
+    row = doc["methods"]["dflash"]["rows"]["2"]
+    assert sorted(row["speedup_rounds"]) == [1.0, 1.1, 1.2, 1.3] and row["rounds"] == 4
+    assert abs(row["speedup"] - 1.15) < 1e-12  # the median of all four paired rounds, not the last file's 1.25
+    assert doc["runs"][0]["model_sha256"] == doc["runs"][1]["model_sha256"]
+
+
+def test_runs_of_different_models_are_refused_naming_both_hashes():
+    from dflash_core.report.build import identity_hash, model_identity
+
+    a = _saved([_bench("normal", 0), _bench("dflash", 2)])
+    b = _saved([_bench("normal", 0), _bench("dflash", 2)], weights="e" * 64)
+    ha, hb = identity_hash(model_identity(a)), identity_hash(model_identity(b))
+    with pytest.raises(ReportInputError, match=f"different models.*{ha[:16]}.*{hb[:16]}"):
+        build_report([a, b], ["a.json", "b.json"])
+
+
+# --- the gate (issue 18.3) ------------------------------------------------------------------------------
+
+def _gate_files(tmp_path, new_bench):
+    base = _write(tmp_path, "base.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5,
+                                                                               rounds=[1.45, 1.5, 1.55])]))
+    new = _write(tmp_path, "new.json", _saved([_bench("normal", 0), new_bench]))
+    return [str(base), str(new)]
+
+
+def test_gate_passes_identical_runs_and_noise(tmp_path, capsys):
+    same = _bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55])
+    assert report_main(["gate", *_gate_files(tmp_path, same)]) == 0
+    # 20% slower median, but the rounds overlap the baseline's: noise, not a regression
+    assert report_main(["gate", *_gate_files(tmp_path, _bench("dflash", 2, speedup=1.2, rounds=[0.9, 1.2, 1.9]))]) == 0
+    assert "no regression" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("new,what", [
+    (_bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], tau=1.5), "tokens per target call"),
+    (_bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], exact=False), "diverged"),
+    (_bench("dflash", 2, speedup=1.1, rounds=[1.05, 1.1, 1.15]), "paired speedup"),
+    (_bench("dflash", 1, speedup=1.5), "missing from NEW"),
+])
+def test_gate_fails_on_a_real_regression(tmp_path, capsys, new, what):
+    assert report_main(["gate", *_gate_files(tmp_path, new)]) == 1
+    assert what in capsys.readouterr().out
+
+
+def test_gate_reads_a_canonical_benchmark_json(tmp_path):
+    files = _gate_files(tmp_path, _bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], tau=1.0))
+    assert report_main([files[0], "--out", str(tmp_path / "r")]) == 0
+    assert report_main(["gate", str(tmp_path / "r" / "cpu" / "benchmark.json"), files[1]]) == 1
+
+
+# --- run ids, as pytest-benchmark compare takes them (issue 18.2) ----------------------------------------
+
+def test_cli_takes_run_ids_from_the_default_storage_layout(tmp_path, monkeypatch):
+    store = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    store.mkdir(parents=True)
+    (store / "0001_abc_20260101_000000.json").write_text(json.dumps(_saved([_bench("normal", 0),
+                                                                             _bench("dflash", 2, speedup=1.5)])))
+    monkeypatch.chdir(tmp_path)
+    assert report_main(["0001", "--out", "reports"]) == 0
+    assert json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())["winner"]["method"] == "dflash"
+    assert report_main(["0009"]) == 2
+
+
+def test_ambiguous_run_id_is_refused(tmp_path, monkeypatch, capsys):
+    for machine in ("cpu", "Linux-CPython-3.11-64bit"):
+        d = tmp_path / ".benchmarks" / machine
+        d.mkdir(parents=True)
+        (d / "0001_abc.json").write_text(json.dumps(_saved([_bench("normal", 0)])))
+    monkeypatch.chdir(tmp_path)
+    assert report_main(["0001"]) == 2
+    assert "ambiguous" in capsys.readouterr().err
+
+
+# --- hostile and malformed input (issue 19) --------------------------------------------------------------
+
+@pytest.mark.parametrize("device", ["../../elsewhere", "/tmp/abs", "cpu/../../x", "cuda:0/.."])
+def test_device_names_cannot_move_the_report_out_of_its_folder(tmp_path, capsys, device):
+    saved = _saved([_bench("normal", 0, device=device), _bench("dflash", 2, device=device)])
+    out = tmp_path / "a" / "b" / "reports"
+    assert report_main([str(_write(tmp_path, "x.json", saved)), "--out", str(out)]) == 2
+    assert "not a device name" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["x.json"]
+
+
+def test_write_report_refuses_an_unknown_device_in_a_document(tmp_path):
+    from dflash_core.report.write import write_report
+
+    doc = build_report([_saved([_bench("normal", 0)])], ["r"])
+    doc["device"] = "../elsewhere"
+    with pytest.raises(ReportInputError, match="not a device name"):
+        write_report(doc, tmp_path / "reports")
+    assert not list(tmp_path.rglob("*.html"))
+
+
+def test_failed_rebuild_leaves_the_previous_report_whole(tmp_path, monkeypatch):
+    import dflash_core.report.write as write
+
+    old = _write(tmp_path, "old.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5)]))
+    assert report_main([str(old), "--out", str(tmp_path / "r")]) == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r" / "cpu").iterdir()}
+
+    def broken(doc):
+        raise RuntimeError("renderer crashed")
+
+    monkeypatch.setattr(write, "render_index", broken)
+    new = _write(tmp_path, "new.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=2.5)]))
+    with pytest.raises(RuntimeError, match="renderer crashed"):
+        report_main([str(new), "--out", str(tmp_path / "r")])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "r" / "cpu").iterdir()} == before
+
+
+def _foreign(names):
+    return {"machine_info": {"node": "n"}, "datetime": "2026-01-01", "version": "5.2.3",
+            "benchmarks": [{"name": n, "fullname": f"t.py::{n}", "stats": {"median": 1.0, "iqr": 0.1, "rounds": 3},
+                            "extra_info": {}} for n in names]}
+
+
+@pytest.mark.parametrize("raw,what", [
+    (b'{"benchmarks": [], "machine_info": {}, "datetime": "\xff\xfe"}', "not UTF-8"),
+    (json.dumps(_foreign(["test_decode_json", "test_decode[x]"])).encode(), "no 'dflash' section"),
+    (json.dumps(_foreign(["test_sort", "test_parse"])).encode(), "no 'dflash' section"),
+    (json.dumps(_saved([])).encode(), "no lab rows"),
+    (json.dumps(_saved([{**_bench("dflash", 2), "extra_info": {**_bench("dflash", 2)["extra_info"],
+                                                                 "speedup": "fast"}}])).encode(),
+     "extra_info.speedup must be a number"),
+    (json.dumps(_saved([{**_bench("dflash", 2), "extra_info": {"method": "dflash"}}])).encode(), "lacks 'width'"),
+    (json.dumps(_saved([{**_bench("dflash", 2), "extra_info": {**_bench("dflash", 2)["extra_info"],
+                                                                 "verdicts": {"exact": "1"}}}])).encode(),
+     "extra_info.verdicts"),
+    (json.dumps({**_saved([]), "benchmarks": [3]}).encode(), "must be an object"),
+])
+def test_bad_report_input_is_a_clear_error_exit_2(tmp_path, capsys, raw, what):
+    p = tmp_path / "in.json"
+    p.write_bytes(raw)
+    assert report_main([str(p), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and what in err
+    assert not (tmp_path / "r").exists()
+
+
+# --- the pages: escaping (issue 19.1) and what they say (issue 18.9) ------------------------------------
+
+class _Tags:
+    """Every element and attribute the browser's parser would create."""
+
+    def __init__(self, page: str):
+        from html.parser import HTMLParser
+
+        self.tags, self.attrs = [], []
+        outer = self
+
+        class P(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                outer.tags.append(tag)
+                outer.attrs.extend(k for k, _ in attrs)
+
+            def handle_comment(self, data):
+                outer.tags.append("!--")
+
+        P().feed(page)
+
+
+def test_pages_escape_every_saved_value():
+    doc = build_report([hostile_saved()], ["r"])
+    row = doc["methods"]["dflash"]["rows"]["2"]  # values validation would refuse, to test the renderer alone
+    row.update(guidance_work=HOSTILE, accept_histogram=[HOSTILE], verdicts={"tie": HOSTILE})
+    doc["device"] = HOSTILE
+    doc["goals"][0]["goal"] = HOSTILE
+    for page in (render_report(doc), render_index(doc)):
+        t = _Tags(page)
+        assert "img" not in t.tags and "!--" not in t.tags
+        assert t.tags.count("script") == page.count("<script") and page.count("<script") <= 2
+        assert not [a for a in t.attrs if a.startswith("on")]
+        payload = page.split("<script id=payload type=application/json>", 1)[1].split("</script>", 1)[0]
+        assert "<" not in payload and json.loads(payload)["token_text"]["5"] == "<!--<script>"
+
+
+def test_report_page_says_what_it_draws_and_where_it_came_from():
+    a = _saved([_bench("normal", 0), _bench("dflash", 1, speedup=1.2, rounds=[1.0, 1.2, 1.4]),
+                _bench("dflash", 2, speedup=1.5, rounds=[1.3, 1.5, 1.9]), _generate_row(0.93)])
+    doc = build_report([a], ["r"])
+    best = doc["methods"]["dflash"]["best"]
+    assert best["width"] == 2 and best["selection"] == "post-hoc"
+    assert (best["speedup_q1"], best["speedup_q3"]) == (1.4, 1.7)  # inclusive quartiles of the rounds
+    assert doc["settings"]["widths"] == [1, 2]  # normal's width 0 is not a verify width
+    page = render_report(doc)
+    header = page.split("</header>", 1)[0]
+    assert "2026-11-29T00:00:00" in header and "commit abc" in header and ">n<" not in header and " n (" in header
+    assert "post-hoc" in page and "Q1–Q3" in page and "not paired" in page
+    assert "cached greedy" in page and "generate()" in page and "0.930× normal" in page
+    chart = page.split("<svg", 1)[1].split("</svg>", 1)[0]
+    assert "Q1–Q3 1.400–1.700" in chart
+
+
+def test_width_chosen_on_calibration_is_not_post_hoc():
+    a = _saved([_bench("normal", 0), _bench("dflash", 1, speedup=1.2), _bench("dflash", 2, speedup=1.5)])
+    a["dflash"]["tuned_widths"] = {"dflash": 1}
+    doc = build_report([a], ["r"])
+    assert doc["methods"]["dflash"]["best"]["width"] == 1
+    assert doc["methods"]["dflash"]["best"]["selection"] == "calibration"
+    assert "chosen on calibration" in render_report(doc)

@@ -1,23 +1,86 @@
-"""`python -m dflash_core.report SAVED.json [...] [--out reports]`: rebuild the report from saved runs."""
+"""Rebuild the report from saved runs, or gate a run against a baseline.
+
+  python -m dflash_core.report RUN [RUN ...] [--storage .benchmarks] [--out reports]
+  python -m dflash_core.report gate BASE NEW [--storage .benchmarks] [--speedup-drop 0.10] [--tau-tolerance 0.005]
+
+RUN, BASE and NEW are what `pytest-benchmark compare` accepts: a saved file, a run id (0001) or a glob, searched
+under --storage; several runs of the same model are pooled. BASE and NEW may also be a report's benchmark.json.
+Exit codes: 0 ok, 1 exactness gate failed / regression found, 2 bad input.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ..errors import DFlashError
-from .build import build_report, load_saved
+from .build import SCHEMA, SCHEMA_VERSION, ReportInputError, build_report, load_saved
+from .gate import GateConfig, gate
+from .runs import resolve_runs
 from .write import write_report
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m dflash_core.report", description=__doc__)
-    ap.add_argument("saved", nargs="+", help="pytest-benchmark JSON files (.benchmarks/.../NNNN_*.json)")
+def _report_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m dflash_core.report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("saved", nargs="+", help="saved runs: file, run id (0001) or glob (pooled when several)")
+    ap.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder searched for run ids")
     ap.add_argument("--out", default="reports", help="report root; files go to <out>/<device>/")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def _gate_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m dflash_core.report gate", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("base", help="baseline: saved run (file, id, glob) or a benchmark.json")
+    ap.add_argument("new", help="run to check: saved run (file, id, glob) or a benchmark.json")
+    ap.add_argument("--storage", default=".benchmarks")
+    ap.add_argument("--speedup-drop", type=float, default=GateConfig.speedup_drop,
+                    help="fail when a median paired speedup drops by more than this fraction and the Q1-Q3 "
+                         "ranges of the two runs do not overlap (default %(default)s)")
+    ap.add_argument("--tau-tolerance", type=float, default=GateConfig.tau_tolerance,
+                    help="allowed relative drop of tokens per target call (default %(default)s)")
+    return ap
+
+
+def _build(args: list[str], storage: str) -> dict:
+    paths = resolve_runs(args, storage)
+    return build_report([load_saved(p) for p in paths], [str(p) for p in paths])
+
+
+def _load_doc(arg: str, storage: str) -> dict:
+    """A canonical benchmark.json as is, anything else as saved runs built into one."""
     try:
-        docs = [load_saved(p) for p in a.saved]
-        doc = build_report(docs, list(a.saved))
+        with open(arg, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
+        if doc.get("schema_version") != SCHEMA_VERSION:
+            raise ReportInputError(f"{arg}: benchmark.json schema_version {doc.get('schema_version')!r}, this lab "
+                                   f"reads {SCHEMA_VERSION}: rebuild it with python -m dflash_core.report SAVED")
+        return doc
+    return _build([arg], storage)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["gate"]:
+            a = _gate_parser().parse_args(argv[1:])
+            base, new = _load_doc(a.base, a.storage), _load_doc(a.new, a.storage)
+            try:
+                problems = gate(base, new, GateConfig(a.speedup_drop, a.tau_tolerance))
+            except (KeyError, TypeError) as exc:
+                raise ReportInputError(f"a benchmark.json lacks or mistypes a field ({exc!r}): rebuild it with "
+                                       "python -m dflash_core.report SAVED") from exc
+            for p in problems:
+                print(f"REGRESSION {p}")
+            print(f"gate: {len(problems)} regression(s)" if problems else "gate: no regression")
+            return 1 if problems else 0
+        a = _report_parser().parse_args(argv)
+        doc = _build(a.saved, a.storage)
         out = write_report(doc, a.out)
     except DFlashError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -1,20 +1,32 @@
 """Saved pytest-benchmark JSON -> the canonical `benchmark.json` document (schema in docs/report-schema.md).
 
 Every number in the canonical document comes from the saved runs' `extra_info` and stats, and the
-document names the runs it merges. Malformed input is refused with an error naming the file and field.
+document names the runs it merges. Runs are pooled only when they measured the same model (same target
+and artifact SHA-256s) with the same workload. Malformed input is refused with an error naming the file
+and field: a crash here would read as a failed exactness gate (exit 1).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
+import statistics
 from pathlib import Path
 from typing import Any
 
 from ..errors import DFlashError
+from .goals import goals
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+# The device names a report accepts: its folder under --out is named after the device type, so anything
+# else (a path such as "../../x") is refused rather than written outside the output folder.
+DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]+)?|mps)$")
+ID_RE = re.compile(r"^[a-z0-9_]+$")
+VERDICTS = ("exact", "tie", "diverged")
 
 
 class ReportInputError(DFlashError):
@@ -35,12 +47,15 @@ def _reject_nan(obj: Any, where: str) -> None:
 
 
 def load_saved(path: str | Path) -> dict:
-    """Read one saved pytest-benchmark JSON file strictly (no NaN, required fields present)."""
+    """Read one saved pytest-benchmark JSON file strictly (UTF-8, no NaN, lab fields present and typed)."""
     p = Path(path)
     try:
-        text = p.read_text("utf-8")
+        text = p.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ReportInputError(f"cannot read {p}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ReportInputError(f"{p} is not UTF-8 text ({exc.reason} at byte {exc.start}); pass a JSON file "
+                               "written by pytest --benchmark-autosave or --benchmark-json") from exc
 
     def no_const(c):
         raise ReportInputError(f"{p}: non-finite number {c} in JSON; re-run the benchmark")
@@ -56,64 +71,260 @@ def load_saved(path: str | Path) -> dict:
     return doc
 
 
+# --- field checks: (kind, description) per extra_info key --------------------------------------------
+
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+_KINDS = {
+    "num": (lambda v: _is_num(v) and v >= 0, "a number >= 0"),
+    "int": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "id": (lambda v: isinstance(v, str) and bool(ID_RE.match(v)), "an id of [a-z0-9_]"),
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "nums": (lambda v: isinstance(v, list) and all(_is_num(x) and x >= 0 for x in v), "a list of numbers >= 0"),
+    "ints": (lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v), "a list of integers >= 0"),
+    "verdicts": (lambda v: isinstance(v, dict) and all(k in VERDICTS and _is_int(n) and n >= 0 for k, n in v.items()),
+                 f"an object of counts keyed by {'/'.join(VERDICTS)}"),
+    "obj": (lambda v: isinstance(v, dict), "an object"),
+}
+DECODE_FIELDS = {
+    "method": "id", "width": "int", "speedup": "num", "speedup_iqr": "num", "speedup_rounds": "nums",
+    "tokens_per_second": "num", "normal_tokens_per_second": "num", "tokens_per_target_call": "num",
+    "acceptance_rate": "num", "accept_histogram": "ints", "per_position_acceptance": "nums",
+    "guidance_work": "int", "overhead_fraction": "num", "exact": "bool", "verdicts": "verdicts",
+}
+DECODE_OPTIONAL = {
+    "tokens_per_second_iqr": "num", "rounds": "int", "prompts": "int", "tokens_per_prompt": "int",
+    "new_tokens": "int", "target_calls": "int", "draft_calls": "int", "proposed": "int", "accepted": "int",
+    "target_seconds": "num", "draft_seconds": "num", "select_seconds": "num", "options": "obj", "dtype": "str",
+}
+REFERENCE_FIELDS = {"reference": "str", "tokens_per_second": "num", "speedup": "num", "speedup_iqr": "num",
+                    "speedup_rounds": "nums", "exact": "bool", "verdicts": "verdicts"}
+
+
+def _check(ex: dict, required: dict, optional: dict, where: str) -> None:
+    for key, kind in (*required.items(), *optional.items()):
+        if key not in ex:
+            if key in required:
+                raise ReportInputError(f"{where}: extra_info lacks {key!r}; not a DFlash Mini Lab case (re-run "
+                                       "`pytest benchmarks --benchmark-autosave`)")
+            continue
+        ok, desc = _KINDS[kind]
+        if not ok(ex[key]):
+            raise ReportInputError(f"{where}: extra_info.{key} must be {desc}, not {str(ex[key])[:60]!r}")
+
+
+def _kind(b: dict) -> str:
+    """test_decode / test_reference / test_verify_cost, or '' for anything else (a foreign test)."""
+    return str(b.get("name", "")).split("[", 1)[0]
+
+
 def validate_saved(doc: Any, where: str) -> None:
     if not isinstance(doc, dict):
         raise ReportInputError(f"{where}: top level must be an object")
     for key in ("benchmarks", "machine_info", "datetime"):
         if key not in doc:
             raise ReportInputError(f"{where}: missing {key!r}; not a pytest-benchmark saved run")
-    if not isinstance(doc["benchmarks"], list):
-        raise ReportInputError(f"{where}: 'benchmarks' must be a list")
+    if not isinstance(doc["benchmarks"], list) or not isinstance(doc["machine_info"], dict):
+        raise ReportInputError(f"{where}: 'benchmarks' must be a list and 'machine_info' an object")
+    if not isinstance(doc.get("dflash"), dict):
+        raise ReportInputError(f"{where}: no 'dflash' section: a pytest-benchmark run of another project, or a "
+                               "lab run without a benchmark session; pass a run of `pytest benchmarks "
+                               "--benchmark-autosave`")
+    _reject_nan(doc, where)
     for i, b in enumerate(doc["benchmarks"]):
+        if not isinstance(b, dict):
+            raise ReportInputError(f"{where}: benchmarks[{i}] must be an object")
         for key in ("name", "fullname", "stats", "extra_info"):
             if key not in b:
                 raise ReportInputError(f"{where}: benchmarks[{i}] lacks {key!r}")
-    _reject_nan(doc, where)
+        if not isinstance(b["extra_info"], dict) or not isinstance(b["stats"], dict):
+            raise ReportInputError(f"{where}: benchmarks[{i}] stats and extra_info must be objects")
+        at, ex = f"{where}: {b['name']}", b["extra_info"]
+        if "device" in ex and not (isinstance(ex["device"], str) and DEVICE_RE.match(ex["device"])):
+            raise ReportInputError(f"{at}: extra_info.device {str(ex['device'])[:60]!r} is not a device name "
+                                   "(cpu, cuda, cuda:N, mps); the report folder is named after it")
+        kind = _kind(b)
+        if kind == "test_decode":
+            _check(ex, DECODE_FIELDS, DECODE_OPTIONAL, at)
+            for key in ("median", "iqr", "rounds"):
+                if not _is_num(b["stats"].get(key)):
+                    raise ReportInputError(f"{at}: stats.{key} must be a number")
+        elif kind == "test_reference":
+            _check(ex, REFERENCE_FIELDS, {}, at)
+        elif kind == "test_verify_cost":
+            vc = ex.get("verify_cost")
+            if not (isinstance(vc, dict) and isinstance(vc.get("ratio"), dict) and _is_num(vc.get("t_decode_seconds"))
+                    and all(_is_num(v) for v in vc["ratio"].values())):
+                raise ReportInputError(f"{at}: extra_info.verify_cost must hold 'ratio' (w -> number) and "
+                                       "'t_decode_seconds'")
 
 
-def _device_of(b: dict) -> str | None:
-    ex = b.get("extra_info", {})
-    return ex.get("device")
+# --- pooling -----------------------------------------------------------------------------------------
+
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """(Q1, median, Q3) with the inclusive quartile rule the benchmark uses (bench._median_iqr)."""
+    if not xs:
+        return 0.0, 0.0, 0.0
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], statistics.median(xs), q[2]
+
+
+def model_identity(doc: dict) -> dict:
+    """The hashes that say which model a run measured: the target's SHA-256s, its dtype, the artifacts'."""
+    lab = doc.get("dflash") or {}
+    tgt = lab.get("target") or {}
+    files = ((lab.get("provenance") or {}).get("artifacts") or {}).get("files") or {}
+    ident = {
+        "target": {k: v for k, v in sorted(tgt.items()) if "sha256" in k},
+        "dtype": tgt.get("dtype"),
+        "artifacts": {str(k): (v.get("sha256") if isinstance(v, dict) else v) for k, v in sorted(files.items())},
+    }
+    return ident
+
+
+def identity_hash(ident: dict) -> str:
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()
+
+
+WORKLOAD = ("tokens", "prompt_limit", "smoke")
+
+
+def check_poolable(docs: list[dict], sources: list[str]) -> None:
+    """Refuse to pool runs of different models or workloads (the error names both hashes / settings)."""
+    if len(docs) < 2:
+        return
+    first = model_identity(docs[0])
+    if not first["target"] or not first["artifacts"]:
+        raise ReportInputError(f"{sources[0]}: no target/artifact SHA-256s in its 'dflash' section, so it can't be "
+                               "pooled with other runs; build its report alone")
+    h0 = identity_hash(first)
+    w0 = {k: (docs[0]["dflash"].get("settings") or {}).get(k) for k in WORKLOAD}
+    for doc, src in zip(docs[1:], sources[1:]):
+        h = identity_hash(model_identity(doc))
+        if h != h0:
+            raise ReportInputError(f"{sources[0]} and {src} measured different models (model hash {h0[:16]} vs "
+                                   f"{h[:16]}: target/artifact SHA-256s or dtype differ); a report pools runs of one "
+                                   "model only: build one report per model")
+        w = {k: (doc["dflash"].get("settings") or {}).get(k) for k in WORKLOAD}
+        if w != w0:
+            raise ReportInputError(f"{sources[0]} and {src} ran different workloads ({w0} vs {w}); pool only runs "
+                                   "with the same --bench-tokens, --bench-prompts and --smoke")
+
+
+def _pool_rows(rows: list[dict]) -> dict:
+    """One row from the same case measured in several runs: paired speedup rounds are concatenated."""
+    out = dict(rows[0])
+    if len(rows) == 1:
+        sp = out["speedup_rounds"]
+    else:
+        sp = [x for r in rows for x in r["speedup_rounds"]]
+        q1, med, q3 = quartiles(sp)
+        out.update(speedup=med, speedup_iqr=q3 - q1, speedup_rounds=sp,
+                   tokens_per_second=statistics.median(r["tokens_per_second"] for r in rows),
+                   exact=all(r["exact"] for r in rows),
+                   verdicts={k: sum(r["verdicts"].get(k, 0) for r in rows) for k in VERDICTS
+                             if any(k in r["verdicts"] for r in rows)})
+        if all("normal_tokens_per_second" in r for r in rows):
+            out["normal_tokens_per_second"] = statistics.median(r["normal_tokens_per_second"] for r in rows)
+        if all("rounds" in r for r in rows):
+            out["rounds"] = sum(r["rounds"] for r in rows)
+        out["tokens_per_second_runs"] = [r["tokens_per_second"] for r in rows]
+    q1, _, q3 = quartiles(sp) if sp else (out["speedup"],) * 3
+    out["speedup_q1"], out["speedup_q3"] = q1, q3
+    return out
+
+
+# --- the canonical document ----------------------------------------------------------------------------
+
+def _runs(docs: list[dict], sources: list[str]) -> list[dict]:
+    def commit(d):
+        ci = d.get("commit_info") if isinstance(d.get("commit_info"), dict) else {}
+        return ci.get("id"), ci.get("dirty")
+
+    return [{"source": s, "datetime": d.get("datetime"), "commit": commit(d)[0], "dirty": commit(d)[1],
+             "pytest_benchmark": d.get("version"),
+             "machine": {k: d["machine_info"].get(k) for k in ("node", "machine", "processor", "system",
+                                                                "python_version")},
+             "cpu": (d["machine_info"].get("cpu") or {}).get("brand_raw")
+             if isinstance(d["machine_info"].get("cpu"), dict) else None,
+             "accelerator": d["machine_info"].get("accelerator"),
+             "model_sha256": identity_hash(model_identity(d))} for d, s in zip(docs, sources)]
+
+
+def _best(m: dict, tuned: dict, mid: str) -> dict:
+    """The shown width: the one chosen on calibration prompts when `--tune` chose one, else the maximum of the
+    benchmark medians, labelled post-hoc (a choice made on the benchmark data it is reported on)."""
+    rows = m["rows"]
+    tw = tuned.get(mid)
+    if tw is not None and str(tw) in rows:
+        w, selection = str(tw), "calibration"
+    else:
+        w = max(rows, key=lambda k: (rows[k]["speedup"], -int(k)))
+        selection = "post-hoc" if len(rows) > 1 else "only width"
+    r = rows[w]
+    return {"width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
+            "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"],
+            "tokens_per_second": r["tokens_per_second"], "tokens_per_target_call": r["tokens_per_target_call"],
+            "acceptance_rate": r["acceptance_rate"]}
 
 
 def build_report(docs: list[dict], sources: list[str]) -> dict:
-    """Merge saved runs of ONE device into the canonical document."""
+    """Pool saved runs of ONE device and ONE model into the canonical document."""
     if not docs:
         raise ReportInputError("no saved runs given")
-    devices = sorted({d for doc in docs for b in doc["benchmarks"] if (d := _device_of(b))})
+    devices = sorted({d.split(":")[0] for doc in docs for b in doc["benchmarks"]
+                      if (d := b["extra_info"].get("device"))})
     if len(devices) > 1:
         raise ReportInputError(f"saved runs mix devices {devices}: a ranking compares one device; build one "
                                "report per device (pass only the runs of one device)")
+    check_poolable(docs, sources)
     device = devices[0] if devices else "cpu"
-    methods: dict[str, dict] = {}
-    references: dict[str, dict] = {}
-    verify_cost = None
+    cases: dict[tuple[str, str], list[dict]] = {}
+    refs: dict[str, list[dict]] = {}
+    curves: list[dict] = []
     for doc in docs:
         for b in doc["benchmarks"]:
-            ex = b["extra_info"]
-            name = b["name"]
-            if name.startswith("test_decode"):
-                m = ex["method"]
+            ex, kind = b["extra_info"], _kind(b)
+            if kind == "test_decode":
                 row = {k: ex[k] for k in ex if k not in ("method", "device")}
                 row["benchmark"] = {"fullname": b["fullname"], "median_seconds": b["stats"]["median"],
                                     "iqr_seconds": b["stats"]["iqr"], "rounds": b["stats"]["rounds"]}
-                methods.setdefault(m, {"rows": {}})["rows"][str(ex["width"])] = row
-            elif name.startswith("test_reference"):
-                references[ex["reference"]] = {k: v for k, v in ex.items() if k != "device"}
-            elif name.startswith("test_verify_cost"):
-                verify_cost = ex["verify_cost"]
-    lab = next((doc.get("dflash") for doc in reversed(docs) if doc.get("dflash")), {}) or {}
-    info = lab.get("methods", {})
+                cases.setdefault((ex["method"], str(ex["width"])), []).append(row)
+            elif kind == "test_reference":
+                refs.setdefault(ex["reference"], []).append({k: v for k, v in ex.items() if k != "device"})
+            elif kind == "test_verify_cost":
+                curves.append(ex["verify_cost"])
+    if not cases:
+        raise ReportInputError(f"{', '.join(sources)}: no test_decode cases (no lab rows): nothing to report; pass a "
+                               "run of `pytest benchmarks --benchmark-autosave`")
+    lab = docs[0]["dflash"]
+    info = lab.get("methods") if isinstance(lab.get("methods"), dict) else {}
+    tuned = lab.get("tuned_widths") if isinstance(lab.get("tuned_widths"), dict) else {}
+    methods: dict[str, dict] = {}
+    for (mid, w), rows in cases.items():
+        methods.setdefault(mid, {"rows": {}})["rows"][w] = _pool_rows(rows)
     for mid, m in methods.items():
-        meta = info.get(mid, {})
+        meta = info.get(mid) if isinstance(info.get(mid), dict) else {}
         m.update({k: meta.get(k) for k in ("index", "label", "mechanism", "complexity", "stages")})
-        rows = m["rows"]
-        best_w = max(rows, key=lambda w: (rows[w]["speedup"], -int(w)))
-        m["best"] = {"width": int(best_w), "speedup": rows[best_w]["speedup"],
-                     "speedup_iqr": rows[best_w]["speedup_iqr"], "tokens_per_second": rows[best_w]["tokens_per_second"],
-                     "tokens_per_target_call": rows[best_w]["tokens_per_target_call"],
-                     "acceptance_rate": rows[best_w]["acceptance_rate"]}
-        m["exact"] = all(r["exact"] for r in rows.values())
+        if not _is_int(m["index"]):
+            m["index"] = 0
+        m["best"] = _best(m, tuned, mid)
+        m["exact"] = all(r["exact"] for r in m["rows"].values())
+    references = {k: _pool_rows(v) for k, v in refs.items()}
+    verify_cost = None
+    if curves:
+        verify_cost = {"ratio": {w: statistics.median(c["ratio"][w] for c in curves if w in c["ratio"])
+                                 for w in curves[0]["ratio"]},
+                       "t_decode_seconds": statistics.median(c["t_decode_seconds"] for c in curves)}
     spec = [(mid, m) for mid, m in methods.items() if mid != "normal"]
     winner = max(spec, key=lambda kv: kv[1]["best"]["speedup"]) if spec else None
     failures = [f"{mid}-w{w}" for mid, m in methods.items() for w, r in m["rows"].items() if not r["exact"]]
@@ -121,20 +332,24 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     bounds = {}
     if verify_cost and "normal" in methods:
         for w, ratio in verify_cost["ratio"].items():
-            bounds[w] = (int(w) + 1) / ratio  # (w+1) t_decode / t_verify(w), drafter cost excluded
-    return {
+            if ratio > 0:
+                bounds[w] = (int(w) + 1) / ratio  # (w+1) t_decode / t_verify(w), drafter cost excluded
+    settings = dict(lab.get("settings") or {}) if isinstance(lab.get("settings"), dict) else {}
+    settings["widths"] = sorted({int(w) for mid, m in methods.items() if mid != "normal" for w in m["rows"]})
+
+    def section(key):
+        v = lab.get(key)
+        return v if isinstance(v, dict) else {}
+
+    doc = {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "device": device,
-        "runs": [{"source": s, "datetime": d.get("datetime"), "commit": d.get("commit_info", {}).get("id"),
-                  "dirty": d.get("commit_info", {}).get("dirty"), "pytest_benchmark": d.get("version"),
-                  "machine": {k: d["machine_info"].get(k) for k in ("node", "machine", "processor", "system",
-                                                                     "python_version")},
-                  "cpu": (d["machine_info"].get("cpu") or {}).get("brand_raw"),
-                  "accelerator": d["machine_info"].get("accelerator")} for d, s in zip(docs, sources)],
-        "settings": lab.get("settings", {}), "target": lab.get("target", {}), "provenance": lab.get("provenance", {}),
-        "calibration": lab.get("calibration", {}), "traces": lab.get("traces", {}),
-        "token_text": lab.get("token_text", {}),
-        "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1].get("index") or 0, kv[0]))),
+        "runs": _runs(docs, sources), "settings": settings, "target": section("target"),
+        "provenance": section("provenance"), "calibration": section("calibration"), "traces": section("traces"),
+        "token_text": section("token_text"),
+        "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},
         "winner": {"method": winner[0], **winner[1]["best"]} if winner else None,
     }
+    doc["goals"] = goals(doc)
+    return doc

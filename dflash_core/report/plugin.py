@@ -93,6 +93,29 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
 REPORT_PATH = pytest.StashKey[str]()
 
 
+def case_line(name: str, extra_info: dict) -> str | None:
+    """One progress line per finished benchmark case (name, paired speedup, tokens per call, exactness)."""
+    ex = extra_info
+    if "speedup" not in ex or "exact" not in ex:
+        return None
+    verdict = "exact" if ex["exact"] else "DIVERGED"
+    ties = (ex.get("verdicts") or {}).get("tie", 0)
+    tau = f" tok/call {ex['tokens_per_target_call']:.2f}" if "tokens_per_target_call" in ex else ""
+    return (f"dflash case {name}: speedup {ex['speedup']:.3f}x (IQR {ex.get('speedup_iqr', 0.0):.3f}){tau} "
+            f"{verdict}" + (f" ({ties} tie)" if ties else ""))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """`bench` shows dots for minutes otherwise: say each case's result as soon as it is measured."""
+    yield
+    bm = getattr(item, "funcargs", {}).get("benchmark")
+    line = case_line(item.name, getattr(bm, "extra_info", None) or {}) if bm is not None else None
+    tr = item.config.pluginmanager.get_plugin("terminalreporter")
+    if line and tr is not None:
+        tr.write_line(line)
+
+
 def report_root(config) -> Path:
     return Path(os.environ.get("DFLASH_REPORTS", Path(str(config.rootpath)) / "reports"))
 

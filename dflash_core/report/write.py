@@ -1,4 +1,4 @@
-"""Write the three report files atomically into reports/<device>/."""
+"""Write the three report files into <root>/<device type>/, rendered in full before any is written."""
 
 from __future__ import annotations
 
@@ -6,13 +6,29 @@ import json
 from pathlib import Path
 
 from ..artifacts import write_atomic
+from .build import DEVICE_RE, ReportInputError
 from .html import render_index, render_report
 
 
+def report_dir(root: str | Path, device: object) -> Path:
+    """<root>/<device type>: only a known device name, so a saved run can't point the files outside root."""
+    if not isinstance(device, str) or not DEVICE_RE.match(device):
+        raise ReportInputError(f"device {str(device)[:60]!r} is not a device name (cpu, cuda, cuda:N, mps); "
+                               "the report folder is named after it")
+    return Path(root) / device.split(":")[0]
+
+
+def render_all(doc: dict) -> dict[str, bytes]:
+    """All three files in memory: a renderer that fails leaves the previous report whole."""
+    return {"benchmark.json": (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
+            "report.html": render_report(doc).encode("utf-8"),
+            "index.html": render_index(doc).encode("utf-8")}
+
+
 def write_report(doc: dict, root: str | Path) -> Path:
-    out = Path(root) / doc["device"]
+    out = report_dir(root, doc.get("device"))
+    files = render_all(doc)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "benchmark.json", (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode())
-    write_atomic(out / "report.html", render_report(doc).encode("utf-8"))
-    write_atomic(out / "index.html", render_index(doc).encode("utf-8"))
+    for name, data in files.items():  # each file atomically; the pages embed the same document
+        write_atomic(out / name, data)
     return out

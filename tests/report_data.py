@@ -1,0 +1,52 @@
+"""Saved pytest-benchmark runs built in memory for the report tests (plain data, no model)."""
+
+from __future__ import annotations
+
+
+def bench_row(method, width, device="cpu", speedup=1.0, exact=True, rounds=None, tau=None):
+    rounds = rounds or [speedup]
+    extra = {"method": method, "device": device, "width": width, "tokens_per_second": 100.0 * speedup,
+             "tokens_per_second_iqr": 1.0, "normal_tokens_per_second": 100.0, "speedup": speedup,
+             "speedup_iqr": 0.05, "speedup_rounds": rounds, "acceptance_rate": 0.5, "rounds": len(rounds),
+             "tokens_per_target_call": 1.0 + width / 2 if tau is None else tau, "accept_histogram": [1] * (width + 1),
+             "per_position_acceptance": [0.5] * width, "guidance_work": 0, "overhead_fraction": 0.01,
+             "target_calls": width + 1, "draft_calls": width,
+             "exact": exact, "verdicts": {"exact": 1} if exact else {"diverged": 1}}
+    return {"name": f"test_decode[{method}-{device}-w{width}]",
+            "fullname": f"benchmarks/test_decode.py::test_decode[{method}-{device}-w{width}]",
+            "stats": {"median": 0.1, "iqr": 0.01, "rounds": 3}, "extra_info": extra}
+
+
+def saved_run(benchmarks, weights="w" * 64):
+    return {"machine_info": {"node": "n", "machine": "x86_64", "cpu": {"brand_raw": "cpu"}},
+            "commit_info": {"id": "abc", "dirty": False}, "datetime": "2026-11-29T00:00:00", "version": "5.3.1",
+            "benchmarks": benchmarks,
+            "dflash": {"methods": {"normal": {"index": 0, "label": "Normal", "mechanism": "m", "complexity": "c",
+                                              "stages": []},
+                                   "dflash": {"index": 1, "label": "DFlash", "mechanism": "argmax",
+                                              "complexity": "c", "stages": ["a", "b", "c", "d"]}},
+                       "traces": {"dflash-w2": [{"draft": [5, 6], "accepted": 1, "token": 9, "bonus": False}]},
+                       "settings": {"tokens": 8, "widths": [0, 1, 2]},
+                       "target": {"name": "mini", "config_sha256": "c" * 64, "weights_sample_sha256": weights,
+                                  "dtype": "float32"},
+                       "provenance": {"artifacts": {"files": {"drafter.pt": {"sha256": "d" * 64, "bytes": 1}}}}}}
+
+
+HOSTILE = "<img src=x onerror=\"document.body.setAttribute('data-'+'pwned','1')\"><script>alert(1)</script>"
+
+
+def hostile_saved() -> dict:
+    """A saved run with markup in every free-text field a page shows (also used by the browser test)."""
+    d = saved_run([bench_row("normal", 0), bench_row("dflash", 2, speedup=1.5)])
+    d["machine_info"].update(node=HOSTILE, system=HOSTILE)
+    d["commit_info"]["id"] = HOSTILE
+    d["datetime"] = HOSTILE
+    lab = d["dflash"]
+    lab["settings"].update(tokens=HOSTILE, prompt_limit=HOSTILE, rounds=HOSTILE, threads=HOSTILE)
+    lab["target"].update(name=HOSTILE, dtype=HOSTILE)
+    lab["methods"]["dflash"].update(label=HOSTILE, mechanism=HOSTILE)
+    lab["calibration"] = {"act": {"selected": HOSTILE, "table": [{"key": HOSTILE, "tokens_per_second": 1.0}]}}
+    lab["traces"] = {"dflash-w2": [{"draft": [5, 6], "accepted": 1, "token": 9, "bonus": False},
+                                   {"draft": [6, 5], "accepted": 2, "token": 6, "bonus": True}]}
+    lab["token_text"] = {"5": "<!--<script>", "6": HOSTILE, "9": "</script><img src=y onerror=alert(2)>"}
+    return d
