@@ -22,6 +22,7 @@ from typing import Any
 
 from .artifacts import (
     TARGET_MANIFEST,
+    adopt_legacy_artifacts,
     artifact_dir,
     file_entry,
     home_lock,
@@ -200,6 +201,9 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     ident = target_identity(rt)
     out = artifact_dir(ident, home)
     if not refresh:
+        moved = adopt_legacy_artifacts(rt.model, ident, home)
+        if moved is not None:
+            _log(f"moved the artifacts of a home prepared before content keys to {moved} (files unchanged)")
         try:
             doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *expected_fit_files()))
             why = config_mismatch(doc, cfg)
