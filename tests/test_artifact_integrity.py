@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import stat
 import threading
@@ -141,6 +142,19 @@ def test_prepare_logs_timestamped_progress_through_logging(lab):
     from dflash_core.progress import FORMAT
 
     assert "%(asctime)s" in FORMAT
+
+
+def test_cli_without_logging_setup_gets_timestamped_lines_on_stderr():
+    import subprocess
+    import sys
+
+    code = ("import logging; from dflash_core.progress import ensure_console_logging; ensure_console_logging(); "
+            "logging.getLogger('dflash_core.prepare').info('teacher trajectories: 3 seeds')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert proc.stdout == ""
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d INFO dflash_core\.prepare: teacher trajectories: 3 seeds\n",
+                        proc.stderr), proc.stderr
 
 
 def test_malformed_tokenizer_json_is_named(lab, tmp_path):
