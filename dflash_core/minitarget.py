@@ -39,14 +39,18 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import logging
 import math
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .errors import ArtifactError, BadInputError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # heavy imports happen inside functions; this is for type hints only
     from transformers import Lfm2Config, Lfm2ForCausalLM, PreTrainedTokenizerFast
@@ -55,6 +59,7 @@ PINNED_TRANSFORMERS = "5.24.0"
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|pad|>", "<|startoftext|>", "<|endoftext|>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)  # ids 0, 1, 2 in this order
 META_FILE = "mini_target_meta.json"
+PROMPT_FAMILY = "code"  # its corpus is Python source; recorded in META_FILE so a copied folder keeps it
 DEMO_PROMPTS = ("def forward(self, hidden_states):", "class Attention(nn.Module):")
 
 
@@ -105,18 +110,20 @@ def corpus_files(cfg: MiniTargetConfig = MiniTargetConfig()) -> list[Path]:
     """
     installed = importlib.metadata.version("transformers")
     if installed != PINNED_TRANSFORMERS:
-        raise RuntimeError(
+        raise ArtifactError(
             f"the mini target's corpus is pinned to transformers=={PINNED_TRANSFORMERS} (its source "
             f"files are the training text), but transformers=={installed} is installed; install "
             f"transformers=={PINNED_TRANSFORMERS} to build the mini target"
         )
     spec = importlib.util.find_spec("transformers")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("cannot locate the installed transformers package")
+        raise ArtifactError("cannot locate the installed transformers package: reinstall "
+                            f"transformers=={PINNED_TRANSFORMERS} to build the mini target")
     models = Path(list(spec.submodule_search_locations)[0]) / "models"
     files = sorted(models.glob("*/modeling_*.py"), key=lambda p: p.relative_to(models).as_posix())
     if len(files) < cfg.corpus_files:
-        raise RuntimeError(f"corpus needs {cfg.corpus_files} files, found only {len(files)} in {models}")
+        raise ArtifactError(f"the mini target's corpus needs {cfg.corpus_files} files, found only {len(files)} in "
+                            f"{models}: reinstall transformers=={PINNED_TRANSFORMERS}")
     return files[: cfg.corpus_files]
 
 
@@ -157,8 +164,10 @@ def train_tokenizer(texts: list[str], cfg: MiniTargetConfig = MiniTargetConfig()
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer, length=len(texts))
-    for i, s in enumerate(SPECIAL_TOKENS):
-        assert tok.token_to_id(s) == i, (s, tok.token_to_id(s))
+    got = [tok.token_to_id(s) for s in SPECIAL_TOKENS]
+    if got != list(range(len(SPECIAL_TOKENS))):  # a check, not an assert: it must hold under `python -O` too
+        raise ArtifactError(f"the trained tokenizer put {SPECIAL_TOKENS} at ids {got}, not 0/1/2: the tokenizers "
+                            "release changed BPE training; install the pinned versions (pyproject.toml)")
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=BOS_TOKEN,
@@ -179,9 +188,9 @@ def model_config(cfg: MiniTargetConfig = MiniTargetConfig(), vocab_size: int | N
     from transformers import Lfm2Config
 
     if not cfg.attention_layers or len(cfg.attention_layers) >= cfg.num_layers:
-        raise ValueError("the mini target needs both conv and attention layers")
+        raise BadInputError("the mini target needs both conv and attention layers")
     if any(not 0 <= i < cfg.num_layers for i in cfg.attention_layers):
-        raise ValueError(f"attention_layers {cfg.attention_layers} outside 0..{cfg.num_layers - 1}")
+        raise BadInputError(f"attention_layers {cfg.attention_layers} outside 0..{cfg.num_layers - 1}")
     layer_types = ["full_attention" if i in cfg.attention_layers else "conv" for i in range(cfg.num_layers)]
     return Lfm2Config(
         vocab_size=vocab_size if vocab_size is not None else cfg.vocab_size,
@@ -255,8 +264,9 @@ def train_model(
     machine; when it fires the result is *not* reproducible and `time_cap_hit` says so.
     """
     import torch
-    from tqdm.auto import tqdm
     from transformers import Lfm2ForCausalLM
+
+    from .progress import Progress
 
     # fork_rng: seeding here must not disturb the caller's global RNG stream
     with _torch_threads(cfg.threads), torch.random.fork_rng(devices=[]):
@@ -274,7 +284,7 @@ def train_model(
         losses: list[float] = []
         t0 = time.perf_counter()
         cap_hit = False
-        bar = tqdm(total=cfg.max_steps, desc="mini target", file=sys.stderr, disable=not progress)
+        bar = Progress("mini target", cfg.max_steps, log, bar=progress)
         for step in range(cfg.max_steps):
             if time.perf_counter() - t0 > cfg.train_seconds:
                 cap_hit = True
@@ -284,8 +294,7 @@ def train_model(
             for g in opt.param_groups:
                 g["lr"] = _lr_at(step, cfg)
             losses.append(_train_step(model, opt, seq, cfg))
-            bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            bar.update(1, f"loss {losses[-1]:.3f}")
         bar.close()
         wall = time.perf_counter() - t0
         model.eval()
@@ -314,6 +323,8 @@ def build_mini_target(
     import shutil
     import tempfile
 
+    from .artifacts import write_target_manifest
+
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -323,6 +334,7 @@ def build_mini_target(
     with _torch_threads(cfg.threads):
         samples = {p: _greedy(model, tokenizer, p, 48) for p in DEMO_PROMPTS}
     meta: dict[str, Any] = {
+        "prompt_family": PROMPT_FAMILY,
         "config": asdict(cfg),
         "steps": stats["steps"],
         "final_loss": stats["final_loss"],
@@ -349,6 +361,7 @@ def build_mini_target(
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         Path(tmp, META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_target_manifest(tmp)  # SHA-256 + size of every file: a flipped byte is refused at load
         (out / "config.json").unlink(missing_ok=True)
         names = sorted(p.name for p in Path(tmp).iterdir())
         for name in [n for n in names if n != "config.json"] + ["config.json"]:
@@ -379,8 +392,9 @@ def sample_greedy(out_dir: str | Path, prompt: str, n_tokens: int = 48) -> str:
     """Demo/check: load a built target with `from_pretrained` (offline) and greedy-continue prompt."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(out_dir), local_files_only=True)
-    model = AutoModelForCausalLM.from_pretrained(str(out_dir), local_files_only=True, dtype="float32")
+    tokenizer = AutoTokenizer.from_pretrained(str(out_dir), local_files_only=True, trust_remote_code=False)
+    model = AutoModelForCausalLM.from_pretrained(str(out_dir), local_files_only=True, dtype="float32",
+                                                 trust_remote_code=False)
     model.eval()
     return _greedy(model, tokenizer, prompt, n_tokens)
 

@@ -4,13 +4,16 @@ Steps: (mini only) build the embedded target; teacher trajectories = the target'
 continuations of the train seeds; hidden-state taps; train the DFlash drafter; then every registered
 fitter (aux heads and fits of methods 02-14) adds its files. Everything lands in
 `$DFLASH_HOME/artifacts/<target key>/` with a manifest of SHA-256, sizes, configs, versions and seeds.
+The key is the target's content hash, so a copied checkpoint finds the same artifacts. prepare holds the
+home's lock while it runs (readers wait for it), logs its progress through `logging` ("dflash_core.*"
+loggers, timestamped), and leaves the caller's torch thread count as it found it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -18,16 +21,22 @@ from pathlib import Path
 from typing import Any
 
 from .artifacts import (
+    TARGET_MANIFEST,
+    adopt_legacy_artifacts,
     artifact_dir,
     file_entry,
+    home_lock,
+    load_torch_file,
     read_manifest,
     target_identity,
     torch_bytes,
+    verify_target_files,
     write_atomic,
     write_json_atomic,
     write_manifest,
+    write_target_manifest,
 )
-from .errors import ArtifactError
+from .errors import ArtifactError, BadInputError
 from .train import TrainConfig
 
 DRAFTER_FILE = "drafter.pt"
@@ -36,7 +45,7 @@ TRAJ_FILE = "trajectories.json"
 
 @dataclass(frozen=True)
 class PrepareConfig:
-    family: str | None = None  # prompt family; None: 'code' for mini, 'english' otherwise
+    family: str | None = None  # prompt family; None: the checkpoint's own (mini: 'code'), else 'english'
     traj_tokens: int = 64
     corpus_seeds: int = 192  # extra train seeds cut from the mini target's corpus (mini only)
     random_seeds: int = 0  # tokenizer-less targets: seeded random id prompts
@@ -77,14 +86,19 @@ def register_fitter(name: str):
     return deco
 
 
+log = logging.getLogger(__name__)
+
+
 def _log(msg: str) -> None:
-    print(f"[prepare] {msg}", file=sys.stderr, flush=True)
+    log.info(msg)
 
 
 def family_for(rt, cfg: PrepareConfig) -> str:
+    """The prompt family: asked for, else what the checkpoint says about itself (mini_target_meta.json), else
+    'english'. Never inferred from the target's name or folder."""
     if cfg.family:
         return cfg.family
-    return "code" if rt.name == "mini" else "english"
+    return getattr(rt, "info", {}).get("family") or "english"
 
 
 def train_seed_ids(rt, cfg: PrepareConfig, family: str) -> list[list[int]]:
@@ -97,11 +111,13 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str) -> list[list[int]]:
         return [[r.randrange(3, rt.vocab_size) for _ in range(r.randrange(2, 12))] for _ in range(n)]
     ps = load_prompts(family)
     texts = list(ps.train)
-    if rt.name == "mini" and cfg.corpus_seeds:
+    corpus_files = getattr(rt, "info", {}).get("mini_corpus_files")  # set when the checkpoint is a mini target
+    if corpus_files and cfg.corpus_seeds:
         from .minitarget import MiniTargetConfig, corpus_texts
 
         held = {p.strip() for p in ps.benchmark + ps.calibration}
-        lines = [ln.rstrip() for t in corpus_texts(MiniTargetConfig()) for ln in t.splitlines()]
+        lines = [ln.rstrip() for t in corpus_texts(MiniTargetConfig(corpus_files=corpus_files))
+                 for ln in t.splitlines()]
         lines = [ln for ln in lines if 12 <= len(ln.strip()) <= 80 and ln.strip() not in held]
         r = random.Random(cfg.seed)
         texts += r.sample(lines, min(cfg.corpus_seeds, len(lines)))
@@ -115,7 +131,15 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
 
     d = mini_target_dir(home)
     if (d / "config.json").is_file() and not refresh:
-        return
+        if not (d / TARGET_MANIFEST).is_file():
+            _log(f"recording {TARGET_MANIFEST} for the mini target in {d} (built before target manifests existed)")
+            write_target_manifest(d)
+            return
+        try:
+            verify_target_files(d, "rebuilding it")
+            return
+        except ArtifactError as exc:
+            log.warning("the mini target is damaged, rebuilding it: %s", exc)
     from .minitarget import build_mini_target
 
     _log(f"building the embedded mini target into {d} (a few minutes on 2 cores)")
@@ -123,8 +147,45 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
 
 
 def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,
-            cfg: PrepareConfig | None = None, rt=None) -> Path:
-    """Build (or verify) every artifact for `target`; returns the artifact directory."""
+            cfg: PrepareConfig | None = None, rt=None, threads: int | None = None) -> Path:
+    """Build (or verify) every artifact for `target`; returns the artifact directory.
+
+    `threads` overrides cfg.threads (the torch intra-op threads prepare trains with; part of the recorded
+    config, since results can depend on it). The caller's own torch thread count is restored afterwards.
+    Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
+    """
+    import torch
+
+    from .progress import ensure_console_logging
+
+    cfg = cfg or PrepareConfig()
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise BadInputError(f"--threads must be an integer >= 1, got {threads!r}")
+        cfg = replace(cfg, threads=threads)
+    ensure_console_logging()
+    prev_threads = torch.get_num_threads()
+    try:
+        with home_lock(home, wait_message="another prepare is running"):
+            return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt)
+    finally:
+        torch.set_num_threads(prev_threads)
+
+
+def config_mismatch(doc: dict, cfg: PrepareConfig) -> str | None:
+    """Why a manifest's recorded prepare config is not `cfg` (None when it is): other settings, other artifacts."""
+    want = json.loads(json.dumps(cfg.to_dict()))
+    have = doc.get("prepare_config")
+    if have == want:
+        return None
+    if not isinstance(have, dict):
+        return "the manifest records no prepare config"
+    diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+    return "built with another prepare config (" + ", ".join(
+        f"{k}: {have.get(k)!r} != {want.get(k)!r}" for k in diff[:4]) + ")"
+
+
+def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt) -> Path:
     import torch
 
     from . import methods  # noqa: F401  (importing registers every method's fitter, refresh or not)
@@ -132,7 +193,6 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     from .target import load_target
     from .train import train_drafter, trajectories
 
-    cfg = cfg or PrepareConfig()
     torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
     if rt is None:
@@ -141,8 +201,14 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     ident = target_identity(rt)
     out = artifact_dir(ident, home)
     if not refresh:
+        moved = adopt_legacy_artifacts(rt.model, ident, home)
+        if moved is not None:
+            _log(f"moved the artifacts of a home prepared before content keys to {moved} (files unchanged)")
         try:
-            read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *expected_fit_files()))
+            doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *expected_fit_files()))
+            why = config_mismatch(doc, cfg)
+            if why:
+                raise ArtifactError(f"{out / 'manifest.json'} was {why}")
             _log(f"artifacts for {rt.name} are present and verified in {out}")
             return out
         except ArtifactError as exc:
@@ -213,9 +279,8 @@ class Prepared:
         return json.loads((self.directory / name).read_text("utf-8"))
 
     def load_torch(self, name: str) -> Any:
-        import torch
 
-        return torch.load(self.directory / name, map_location="cpu", weights_only=True)
+        return load_torch_file(self.directory / name)
 
 
 def load_prepared(rt, *, home=None, required: tuple[str, ...] = ()) -> Prepared:
@@ -227,7 +292,7 @@ def load_prepared(rt, *, home=None, required: tuple[str, ...] = ()) -> Prepared:
     ident = target_identity(rt)
     d = artifact_dir(ident, home)
     doc = read_manifest(d, ident, required=(DRAFTER_FILE, *required))
-    blob = torch.load(d / DRAFTER_FILE, map_location="cpu", weights_only=True)
+    blob = load_torch_file(d / DRAFTER_FILE)
     dcfg = DrafterConfig.from_dict(blob["config"])
     drafter = DFlashDrafter(dcfg)
     drafter.load_state_dict(blob["state_dict"])

@@ -13,6 +13,7 @@ window advanced; it is wrong on purpose and exists as the tests' negative contro
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -236,8 +237,18 @@ def _shrink_conv_only(layer) -> None:
 
 # --- loading ------------------------------------------------------------------------------------
 
+# Files a hub snapshot needs: config, safetensors weights, tokenizer. No *.py (the lab never runs a
+# checkpoint's code) and no pickled *.bin weights.
+HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
+                   "vocab.txt", "special_tokens_map.json")
+
+
 def resolve_target_source(target: str, home: str | Path | None = None) -> tuple[str, str]:
     """Return (kind, location): kind is 'mini', 'local' or 'hub'. Unknown names raise with the options."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
     from . import DEFAULT_HUB_TARGET
 
     if not isinstance(target, str) or not target.strip():
@@ -253,58 +264,155 @@ def resolve_target_source(target: str, home: str | Path | None = None) -> tuple[
             raise TargetNotFoundError(f"target directory {p} has no config.json: point --target at a directory "
                                       "written by save_pretrained()")
         return "local", str(p)
-    if p.suffix or target.startswith((".", "/", "~")) or target.count("/") != 1:
-        raise TargetNotFoundError(
-            f"unknown target {target!r}: not 'mini', not an existing directory, and not a hub id of the form "
-            f"owner/name (e.g. {DEFAULT_HUB_TARGET})")
+    unknown = (f"unknown target {target!r}: not 'mini', not an existing directory, and not a hub id of the form "
+               f"owner/name (e.g. {DEFAULT_HUB_TARGET})")
+    # A bare word is far likelier a typo of 'mini' or a missing folder than a legacy un-namespaced hub alias.
+    if target.startswith((".", "/", "~")) or target.count("/") != 1:
+        raise TargetNotFoundError(unknown)
+    try:
+        validate_repo_id(target)  # the hub's own rule (dots, dashes, lengths), not a guess from file suffixes
+    except HFValidationError as exc:
+        raise TargetNotFoundError(f"{unknown}; {exc}") from exc
     return "hub", target
 
 
-def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = None, *, cached: bool = True,
-                home: str | Path | None = None, kernels: str = "eager") -> TargetRuntime:
-    """Load a target by alias, local directory or hub id through `from_pretrained`, on a device and dtype."""
-    dev = resolve_device(device)
-    tdtype = resolve_dtype(dtype, dev)
-    kind, where = resolve_target_source(target, home)
-    if kind == "mini" and not (Path(where) / "config.json").is_file():
-        from .errors import ArtifactError
+def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
+    """The local snapshot folder of a hub id (downloaded when online, from the cache when HF_HUB_OFFLINE=1)."""
+    from huggingface_hub import snapshot_download
 
-        raise ArtifactError(f"the mini target is not built yet ({where} is missing): run "
-                            "`python -m dflash_core prepare --target mini`")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS))
+    except Exception as exc:  # any hub failure (offline, not cached, unknown repo or revision, HTTP) means the same
+        at = f" at revision {revision!r}" if revision else ""
+        raise TargetNotFoundError(
+            f"could not load {repo_id!r}{at} from the Hugging Face hub or its local cache ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0][:200] if str(exc) else ''}). Without hub access, download the checkpoint "
+            "elsewhere, copy the directory here and pass --target /path/to/checkpoint (any directory written by "
+            "save_pretrained with config.json and weights).") from exc
+
+
+def _checkpoint_meta(where: Path, error) -> dict:
+    """Facts the checkpoint states about itself: the lab's mini target (and any copy of it) carries
+    mini_target_meta.json, whose prompt family is 'code' (its corpus is Python source)."""
+    from .minitarget import META_FILE
+
+    path = where / META_FILE
+    if not path.is_file():
+        return {"family": None, "mini_corpus_files": None}
+    try:
+        meta = json.loads(path.read_text("utf-8"))
+        return {"family": str(meta.get("prompt_family", "code")),
+                "mini_corpus_files": int(meta.get("config", {}).get("corpus_files", 400))}
+    except (OSError, ValueError, AttributeError, TypeError) as exc:
+        raise error(f"{path} is not valid checkpoint metadata ({exc}): restore it or delete the file") from exc
+
+
+def _load_model(where: Path, error):
+    import torch
+    from transformers import AutoModelForCausalLM
 
     try:
         # Loaded in float32 first: the artifact identity is a property of the checkpoint, so it is hashed at
         # one precision whatever dtype the run uses (prepare works in float32; a float16/bfloat16 run must
         # find the same artifacts). Then cast and moved.
-        import torch
+        return AutoModelForCausalLM.from_pretrained(str(where), dtype=torch.float32, trust_remote_code=False,
+                                                    local_files_only=True)
+    except Exception as exc:  # a user-supplied checkpoint can fail in many ways; each becomes one clear error
+        msg = str(exc).splitlines()[0][:240] if str(exc) else ""
+        if "trust_remote_code" in str(exc) or "auto_map" in _read_text(where / "config.json"):
+            raise error(f"the checkpoint in {where} asks to run its own Python code (auto_map in config.json); "
+                        "the lab never runs a checkpoint's code (trust_remote_code=False): use a checkpoint of an "
+                        "architecture transformers ships (e.g. LFM2)") from exc
+        weights = sorted(p.name for p in where.glob("*.safetensors"))
+        if type(exc).__name__ == "SafetensorError":
+            raise error(f"the weights {', '.join(weights) or '(none)'} in {where} are unreadable (truncated or "
+                        f"corrupt: {msg}): re-save or re-download the checkpoint") from exc
+        raise error(f"could not load the checkpoint in {where} ({type(exc).__name__}: {msg})") from exc
 
-        model = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32)
-    except (OSError, ValueError) as exc:
-        if kind == "hub":
-            raise TargetNotFoundError(
-                f"could not load {where!r} from the Hugging Face hub or its local cache ({type(exc).__name__}: "
-                f"{str(exc).splitlines()[0][:200]}). Without hub access, download the checkpoint elsewhere, copy "
-                "the directory here and pass --target /path/to/checkpoint (any directory written by "
-                "save_pretrained with config.json and weights).") from exc
-        raise TargetNotFoundError(f"could not load the checkpoint in {where}: {exc}") from exc
-    model.eval()
-    tok = None
+
+def _read_text(path: Path) -> str:
     try:
-        tok = AutoTokenizer.from_pretrained(where)
-    except Exception:  # a weights-only checkpoint (e.g. the random 350M test config) has no tokenizer
-        tok = None
-    from .artifacts import target_identity
+        return path.read_text("utf-8")
+    except (OSError, ValueError):
+        return ""
+
+
+def _load_tokenizer(where: Path, error):
+    """The checkpoint's tokenizer, or None when it ships none (a weights-only save). A tokenizer that is
+    present but broken is an error naming the file, not a silent 'no tokenizer'."""
+    from transformers import AutoTokenizer
+
+    present = [f for f in TOKENIZER_FILES if (where / f).is_file()]
+    if not present:
+        return None
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if name in present:
+            try:
+                json.loads((where / name).read_text("utf-8"))
+            except (OSError, ValueError) as exc:
+                raise error(f"{where / name} is not valid JSON ({exc}): the tokenizer is corrupt; restore the "
+                            "file (for the mini target: `python -m dflash_core prepare --target mini --refresh`)"
+                            ) from exc
+    try:
+        return AutoTokenizer.from_pretrained(str(where), trust_remote_code=False, local_files_only=True)
+    except Exception as exc:  # tokenizers raises plain Exception for a malformed file
+        raise error(f"the tokenizer in {where} ({', '.join(present)}) could not be loaded ({type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0][:200] if str(exc) else ''}): restore those files") from exc
+
+
+def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = None, *, cached: bool = True,
+                home: str | Path | None = None, kernels: str = "eager", revision: str | None = None
+                ) -> TargetRuntime:
+    """Load a target by alias, local directory or hub id through `from_pretrained`, on a device and dtype.
+
+    `revision` (hub ids only) is a branch, tag or commit; the resolved commit is recorded in `rt.info` and in
+    the target identity, so reports name the exact weights. A directory with a `target_manifest.json` (the
+    mini target and copies of it) is verified file by file before anything is loaded.
+    """
+    import torch
+
+    from .artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
+    from .errors import ArtifactError
+
+    dev = resolve_device(device)
+    tdtype = resolve_dtype(dtype, dev)
+    kind, where = resolve_target_source(target, home)
+    if revision is not None and kind != "hub":
+        raise BadInputError(f"--revision {revision!r} applies to hub ids only; {target!r} is a {kind} target")
+    error = ArtifactError if kind == "mini" else TargetNotFoundError
+    commit = None
+    if kind == "hub":
+        snap = _hub_snapshot(where, revision)
+        commit, where = snap.name, str(snap)
+    path = Path(where)
+    with reading_lock(path):  # the mini target: wait for a prepare that is rebuilding it
+        if kind == "mini" and not (path / "config.json").is_file():
+            raise ArtifactError(f"the mini target is not built yet ({where} is missing): run "
+                                "`python -m dflash_core prepare --target mini`")
+        if kind == "mini" or (path / TARGET_MANIFEST).is_file():
+            fix = ("run `python -m dflash_core prepare --target mini --refresh`" if kind == "mini"
+                   else f"restore the checkpoint in {where} from its source")
+            if kind == "mini" and not (path / TARGET_MANIFEST).is_file():
+                fix = ("run `python -m dflash_core prepare --target mini` (it records the manifest of a mini "
+                       "target built before target manifests existed)")
+            verify_target_files(path, fix)
+        meta = _checkpoint_meta(path, error)
+        model = _load_model(path, error)
+        model.eval()
+        tok = _load_tokenizer(path, error)
     from .kernels import apply_kernels, resolve_kernels
 
     rt = TargetRuntime(model=model, device=torch.device("cpu"), dtype=torch.float32, name=target, tokenizer=tok,
                        cached=cached, source=where)
-    rt.info = {"kind": kind, "location": where, "parameters": sum(p.numel() for p in model.parameters()),
-               "identity": target_identity(rt)}  # at float32, before any cast or kernel repacking
+    ident = compute_identity(model, tok, target)  # at float32, before any cast or kernel repacking
+    ident.update({"revision": revision if kind == "hub" else None, "hub_commit": commit})
+    rt.info = {"kind": kind, "location": where, "parameters": ident["parameters"], "revision": revision,
+               "commit": commit, "family": meta["family"], "mini_corpus_files": meta["mini_corpus_files"],
+               "identity": ident}
     model.to(device=dev, dtype=tdtype)
     rt.device, rt.dtype = dev, tdtype
-    path = resolve_kernels(kernels, dev, tdtype, rt.hidden_size)
-    if path != "eager":
-        apply_kernels(model, path)
-        rt.kernels = path
+    kpath = resolve_kernels(kernels, dev, tdtype, rt.hidden_size)
+    if kpath != "eager":
+        apply_kernels(model, kpath)
+        rt.kernels = kpath
     return rt

@@ -9,6 +9,7 @@ rows strictly before its anchor and its own B+1 rows, exactly what it sees at in
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -20,6 +21,8 @@ from torch.nn import functional as F
 from .decode import greedy
 from .drafter import DFlashDrafter, DrafterConfig, init_drafter
 from .target import TargetRuntime
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,10 @@ class TrainConfig:
 
 def trajectories(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int, progress: bool = False):
     """prompt + the target's greedy continuation, for every prompt (cached greedy, exact)."""
-    from tqdm.auto import tqdm
+    from .progress import logged
 
     out = []
-    for p in tqdm(prompts, desc="teacher trajectories", disable=not progress, leave=False):
+    for p in logged(prompts, "teacher trajectories", len(prompts), log, bar=progress):
         ids, _ = greedy(rt, list(p), new_tokens)
         out.append(list(p) + ids)
     return out
@@ -103,14 +106,13 @@ def block_loss(drafter: DFlashDrafter, embed, head, tok, ft, anc, gamma: float):
 def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig, tcfg: TrainConfig,
                   progress: bool = False) -> tuple[DFlashDrafter, dict]:
     """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest."""
-    from tqdm.auto import tqdm
+    from .progress import Progress, logged
 
     t0 = time.perf_counter()
     embed = rt.model.get_input_embeddings()
     head = rt.model.get_output_embeddings()
     seqs = [s for s in seqs if len(s) > dcfg.block_size + 2]
-    feats = [trajectory_taps(rt, s, dcfg.taps) for s in tqdm(seqs, desc="target taps", disable=not progress,
-                                                                leave=False)]
+    feats = [trajectory_taps(rt, s, dcfg.taps) for s in logged(seqs, "target taps", len(seqs), log, bar=progress)]
     drafter = init_drafter(dcfg, tcfg.seed).to(embed.weight.dtype)  # train in the target's dtype
     for p in list(embed.parameters()) + list(head.parameters()):
         p.requires_grad_(False)
@@ -118,7 +120,8 @@ def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig,
     gen = torch.Generator().manual_seed(tcfg.seed + 1)
     losses, accs = [], []
     drafter.train()
-    for step in tqdm(range(tcfg.steps), desc="train drafter", disable=not progress, leave=False):
+    bar = Progress("train drafter", tcfg.steps, log, bar=progress)
+    for step in range(tcfg.steps):
         lr = tcfg.lr * min(1.0, (step + 1) / tcfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / tcfg.steps))
         for g in opt.param_groups:
             g["lr"] = lr
@@ -132,6 +135,8 @@ def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig,
         opt.step()
         losses.append(loss.item())
         accs.append(acc.tolist())
+        bar.update(1, f"loss {losses[-1]:.3f}")
+    bar.close()
     drafter.eval()
     tail = max(1, min(50, len(losses)))
     metrics = {

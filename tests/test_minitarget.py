@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from dflash_core import minitarget as mt
+from dflash_core.errors import DFlashError
 
 # A deliberately tiny build: enough to exercise every code path, fast enough for unit tests.
 TINY = mt.MiniTargetConfig(
@@ -44,7 +45,7 @@ def test_corpus_is_pinned_sorted_and_hashed() -> None:
 def test_corpus_refuses_other_transformers_version(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda n: "9.9.9" if n == "transformers" else real(n))
-    with pytest.raises(RuntimeError, match="pinned to transformers==5.24.0"):
+    with pytest.raises(DFlashError, match="pinned to transformers==5.24.0"):
         mt.corpus_texts(TINY)
 
 
