@@ -55,14 +55,6 @@ def _optional(**kw) -> dict:
     return {k: v for k, v in kw.items() if v is not None}
 
 
-def _prepare_config(threads: int):
-    """prepare() sets torch's thread count from its config, so --threads travels in it."""
-    from dataclasses import replace
-
-    from .prepare import PrepareConfig
-
-    return replace(PrepareConfig(), threads=threads)
-
 
 def check_device_args(device: str, dtype: str, kernels: str):
     """Device, dtype and kernel path, checked before anything is built or loaded. Returns the torch.device."""
@@ -121,7 +113,7 @@ def cmd_prepare(a) -> int:
 
     options.resolve(a, PREPARE_OPTIONS)
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
-                  cfg=_prepare_config(a.threads), **_optional(revision=a.revision))
+                  threads=a.threads, **_optional(revision=a.revision))
     print(out)
     return 0
 
@@ -147,7 +139,7 @@ def cmd_run(a) -> int:
 
         if not (mini_target_dir(a.home) / "config.json").is_file():
             print("[run] the mini target is not built yet: running `prepare` first", file=sys.stderr)
-            prepare("mini", home=a.home, cfg=_prepare_config(a.threads))
+            prepare("mini", home=a.home, threads=a.threads)
             torch.set_num_threads(a.threads)
     rt = load_target(a.target, a.device, a.dtype, home=a.home, kernels=a.kernels, **where)
     prepared = None
@@ -157,7 +149,7 @@ def cmd_run(a) -> int:
         except DFlashError as exc:
             print(f"[run] artifacts missing or stale ({exc}); running `prepare` first", file=sys.stderr)
             base = rt if a.device == "cpu" and str(rt.dtype) == "torch.float32" and rt.kernels == "eager" else None
-            prepare(a.target, home=a.home, rt=base, cfg=_prepare_config(a.threads), **where)
+            prepare(a.target, home=a.home, rt=base, threads=a.threads, **where)
             torch.set_num_threads(a.threads)
             prepared = load_prepared(rt, home=a.home, required=info.needs)
     prompt_ids = rt.encode(a.prompt)
@@ -214,7 +206,7 @@ def cmd_bench(a) -> int:
     if a.revision is not None:
         env["DFLASH_REVISION"] = a.revision
     # Builds (or verifies) the artifacts on CPU float32, whatever the benchmark device.
-    prepare(a.target, home=a.home, cfg=_prepare_config(options.env_value("threads")),
+    prepare(a.target, home=a.home, threads=options.env_value("threads"),
             **_optional(revision=a.revision))
     dev = a.device.split(":")[0]
     args = [sys.executable, "-m", "pytest", str(bench_dir), "-p", "no:cacheprovider", "--benchmark-autosave",
