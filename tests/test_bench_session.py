@@ -44,6 +44,7 @@ def test_measure_pair_counts_the_first_round_and_pairs_every_round(session, tiny
     assert info["accept_histogram"] == [sum(c) for c in zip(*(s.accept_counts for s in direct))]
     assert info["tokens_per_target_call"] == info["new_tokens"] / info["target_calls"]
     assert 0.0 <= info["overhead_fraction"] <= 1.0
+    assert session.cases == {"dflash": [2]} and len(session.traces["dflash-w2"]) <= 16
 
 
 def test_cases_record_widths_as_data_for_the_lab_section(session):
@@ -78,7 +79,10 @@ def test_token_text_covers_every_traced_id():
 
 def test_measure_reference_pairs_the_oracle_with_normal(session):
     from dflash_core.bench import measure_reference
+    from dflash_core.references import reference_runner
 
+    outs, wall = reference_runner(session.rt, session.prompt_ids, session.references, TOKENS, "oracle-w2")()
+    assert outs == session.references and wall > 0
     info = measure_reference(session, "oracle-w2", rounds=2)
     assert set(info) == {"reference", "device", "tokens_per_second", "tokens_per_second_iqr", "speedup",
                          "speedup_iqr", "speedup_rounds", "rounds", "exact", "verdicts"}
