@@ -2,7 +2,9 @@
 
 `greedy` is the exact reference (method 00). `speculative` drafts with a proposer, verifies the block in
 one target forward, accepts the longest matching prefix, commits the correction (or, after full
-acceptance, the bonus token) and rolls the target cache back. Both return `(ids, DecodeStats)`.
+acceptance, the bonus token) and rolls the target cache back, one `speculative_round` per target call.
+Both return `(ids, DecodeStats)`; each target call is one `DecodeStats.record`, and `DecodeStats.merge`
+pools the stats of several decodes (the benchmark's per-case figures).
 """
 
 from __future__ import annotations
