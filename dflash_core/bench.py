@@ -3,7 +3,8 @@
 A `BenchSession` is built once per pytest session: it loads the target, verifies (or prepares) the
 artifacts, encodes the held-out benchmark prompts, computes the greedy references, and runs every
 calibration on the calibration prompts only. `measure_pair` times one method against `normal` in
-interleaved rounds so the speedup is paired inside the run.
+interleaved rounds so the speedup is paired inside the run; `measure_reference` does the same for the
+reference rows of dflash_core.references. The session also builds the lab section of benchmark.json.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .decode import greedy, speculative
-from .device import synchronize
+from .decode import DecodeStats, greedy
+from .device import synchronize, torch_threads
 from .exactness import classify
 from .options import BENCH_FIELDS, env_value, option
+from .references import REFERENCES, reference_runner  # noqa: F401  (REFERENCES: the benchmark conftest's ids)
+from .spread import median_iqr
 
 
 def _default(name: str):
@@ -64,13 +67,6 @@ class BenchConfig:
         return asdict(self)
 
 
-def _median_iqr(xs: list[float]) -> tuple[float, float]:
-    if not xs:
-        return 0.0, 0.0
-    if len(xs) == 1:
-        return xs[0], 0.0
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return statistics.median(xs), q[2] - q[0]
 
 
 @dataclass
@@ -86,28 +82,79 @@ class BenchSession:
     calibration: dict = field(default_factory=dict)  # method -> calibration record (with "selected")
     options: dict = field(default_factory=dict)  # method -> proposer options chosen by calibration
     tuned_widths: dict = field(default_factory=dict)
-    traces: dict = field(default_factory=dict)
+    traces: dict = field(default_factory=dict)  # "<method>-w<width>" -> first prompt's verify rounds
+    cases: dict = field(default_factory=dict)  # method -> widths measured (normal: [0])
 
     @property
     def block_size(self) -> int:
         return int(self.prepared.drafter.cfg.block_size)
 
+    def record_case(self, method: str, width: int, trace: list) -> None:
+        """A measured case: its width joins the method's widths and its first 16 rounds become its trace."""
+        ws = self.cases.setdefault(method, [])
+        if width not in ws:
+            ws.append(width)
+            ws.sort()
+        self.traces[f"{method}-w{width}"] = trace[:16]
+
+    def widths(self) -> list[int]:
+        """Every width a case was measured at (0 for normal), ascending."""
+        return sorted({w for ws in self.cases.values() for w in ws})
+
+    def token_text(self) -> dict[str, str]:
+        """id -> its text, for the ids in the recorded traces (the explorer shows text, not bare ids)."""
+        if getattr(self.rt, "tokenizer", None) is None:
+            return {}
+        ids = {int(t) for tr in self.traces.values() for r in tr for t in [*r["draft"], r["token"]]}
+        return {str(i): self.rt.decode([i]) for i in sorted(ids)}
+
+    def lab_section(self) -> dict:
+        """The `dflash` section of the saved benchmark JSON: settings, target, provenance, calibration,
+        traces and the method registry, as plain data (the report builder reads nothing else of the session)."""
+        from .artifacts import target_identity, versions
+        from .methods import METHODS
+
+        man = self.prepared.manifest
+        return {
+            "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size},
+            "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
+                       "kernels": self.rt.kernels, "source": self.rt.source},
+            "provenance": {"versions": versions(), "seeds": man.get("seeds"),
+                           "artifacts": {"directory": str(self.prepared.directory), "files": man.get("files"),
+                                         "created_utc": man.get("created_utc")},
+                           "drafter": {k: man.get("drafter", {}).get(k) for k in ("config", "parameters",
+                                                                                   "final_loss")},
+                           "fits": man.get("fits")},
+            "calibration": self.calibration,
+            "tuned_widths": self.tuned_widths,
+            "traces": self.traces,
+            "token_text": self.token_text(),
+            "methods": {mid: {"index": m.index, "label": m.label, "mechanism": m.mechanism,
+                              "complexity": m.complexity, "stages": list(m.stages)} for mid, m in METHODS.items()},
+        }
+
 
 def open_session(cfg: BenchConfig) -> BenchSession:
-    """Load, prepare, encode, reference and calibrate. Calibration never sees benchmark prompts."""
-    import torch
+    """Load, prepare, encode, reference and calibrate. Calibration never sees benchmark prompts.
 
+    Runs with `cfg.threads` torch threads and restores the caller's count (the measure_* functions set it
+    again for their own work), so opening a session changes nothing outside it.
+    """
+    cfg = cfg.sized()
+    with torch_threads(cfg.threads):
+        return _open(cfg)
+
+
+def _open(cfg: BenchConfig) -> BenchSession:
     from .data import check_disjoint, load_prompts
-    from .prepare import family_for, load_prepared, prepare
+    from .prepare import PrepareConfig, family_for, load_prepared, prepare
     from .target import load_target
 
-    cfg = cfg.sized()
-    torch.set_num_threads(cfg.threads)
-    prepare(cfg.target, progress=False)  # artifacts are built on CPU float32 whatever the benchmark device
-    rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels)
+    # A hub revision reaches the child pytest of `bench` as DFLASH_REVISION (it has no pytest option).
+    where = {"revision": rev} if (rev := env_value("revision")) else {}
+    prepare(cfg.target, progress=False, **where)  # artifacts are built on CPU float32 whatever the device
+    rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels, **where)
     prepared = load_prepared(rt)
-    from .prepare import PrepareConfig
-
     family = family_for(rt, PrepareConfig())
     ps = load_prompts(family)
     check_disjoint({"train": ps.train, "calibration": ps.calibration, "benchmark": ps.benchmark})
@@ -208,198 +255,119 @@ def verdicts(sess: BenchSession, outs: list[list[int]]) -> list[str]:
     return [classify(o, r, m, sess.rt.dtype).kind for o, r, m in zip(outs, sess.references, sess.margins)]
 
 
+def _verdict_fields(kinds: list[str]) -> dict:
+    return {"exact": all(k != "diverged" for k in kinds), "verdicts": {k: kinds.count(k) for k in sorted(set(kinds))}}
+
+
+@dataclass
+class PairedRounds:
+    """What `paired_rounds` measured: round i's `walls[i]` ran right after `normal_walls[i]`."""
+
+    normal_walls: list[float]
+    walls: list[float]
+    results: list  # what each timed round's runner returned beside its wall seconds
+
+    def figures(self, tokens: int) -> dict:
+        """Speedup (per-round normal/candidate ratios) and tokens/s, each as median and IQR."""
+        ratios = [n / m for n, m in zip(self.normal_walls, self.walls) if m > 0]
+        sp, sp_iqr = median_iqr(ratios)
+        tps, tps_iqr = median_iqr([tokens / w for w in self.walls if w > 0])
+        return {"tokens_per_second": float(tps), "tokens_per_second_iqr": float(tps_iqr),
+                "normal_tokens_per_second": float(median_iqr([tokens / w for w in self.normal_walls if w > 0])[0]),
+                "speedup": float(sp), "speedup_iqr": float(sp_iqr), "speedup_rounds": [float(r) for r in ratios],
+                "rounds": len(self.walls)}
+
+
+def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None) -> PairedRounds:
+    """Time `run()` (returns (wall seconds, result)) against `normal` in `rounds` interleaved rounds, after
+    one untimed warm-up of `run` (normal is warm: the session's references ran it).
+
+    With a pytest-benchmark fixture, the rounds go through `benchmark.pedantic` and normal runs in its
+    untimed setup right before each round, so each round's ratio is paired.
+    """
+    pr = PairedRounds([], [], [])
+
+    def run_normal():
+        pr.normal_walls.append(decode_all(sess, "normal", 0)[2])
+
+    def run_timed():
+        wall, result = run()
+        pr.walls.append(wall)
+        pr.results.append(result)
+        synchronize(sess.rt.device)
+
+    run()
+    if benchmark is not None:
+        benchmark.pedantic(run_timed, setup=run_normal, rounds=rounds, warmup_rounds=0, iterations=1)
+    else:
+        for _ in range(rounds):
+            run_normal()
+            run_timed()
+    return pr
+
+
 def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[list], normal_walls: list[float],
               method_walls: list[float], kinds: list[str]) -> dict:
-    """Plain-number metrics for extra_info (no numpy scalars, no NaN)."""
-    flat = [s for rnd in stats_rounds for s in rnd]
-    toks = sum(s.new_tokens for s in stats_rounds[0])
-    tps = [toks / w for w in method_walls if w > 0]
-    ntps = [toks / w for w in normal_walls if w > 0]
-    ratios = [n / m for n, m in zip(normal_walls, method_walls) if m > 0]
-    sp, sp_iqr = _median_iqr(ratios)
-    t_med, t_iqr = _median_iqr(tps)
-    n_med, _ = _median_iqr(ntps)
-    first = stats_rounds[0]
-    hist = [0] * (max(len(s.accept_counts) for s in first))
-    for s in first:
-        for i, c in enumerate(s.accept_counts):
-            hist[i] += c
-    pp = [0] * max((len(s.position_proposed) for s in first), default=0)
-    pa = [0] * len(pp)
-    for s in first:
-        for i, (p, a) in enumerate(zip(s.position_proposed, s.position_accepted)):
-            pp[i] += p
-            pa[i] += a
-    proposed = sum(s.proposed for s in first)
-    accepted = sum(s.accepted for s in first)
-    calls = sum(s.target_calls for s in first)
-    wall = sum(s.wall_seconds for s in flat)
-    info = {
+    """Plain-number metrics for extra_info (no numpy scalars, no NaN): counts from the first timed round
+    (every round decodes the same ids), seconds from all rounds."""
+    first = DecodeStats.merge(stats_rounds[0])
+    every = DecodeStats.merge([s for rnd in stats_rounds for s in rnd])
+    figs = PairedRounds(normal_walls, method_walls, []).figures(first.new_tokens)
+    return {
         "method": method, "device": str(sess.rt.device.type), "dtype": str(sess.rt.dtype).replace("torch.", ""),
         "width": int(width), "prompts": len(sess.prompt_ids), "tokens_per_prompt": sess.cfg.tokens,
-        "rounds": len(method_walls), "new_tokens": int(toks),
-        "tokens_per_second": float(t_med), "tokens_per_second_iqr": float(t_iqr),
-        "normal_tokens_per_second": float(n_med),
-        "speedup": float(sp), "speedup_iqr": float(sp_iqr), "speedup_rounds": [float(r) for r in ratios],
-        "acceptance_rate": float(accepted / proposed) if proposed else 0.0,
-        "tokens_per_target_call": float(toks / calls) if calls else 0.0,
-        "target_calls": int(calls), "draft_calls": int(sum(s.draft_calls for s in first)),
-        "proposed": int(proposed), "accepted": int(accepted),
-        "accept_histogram": [int(x) for x in hist],
-        "per_position_acceptance": [float(a / p) if p else 0.0 for a, p in zip(pa, pp)],
-        "guidance_work": int(sum(s.guidance_work for s in first)),
-        "target_seconds": float(sum(s.target_seconds for s in flat)),
-        "draft_seconds": float(sum(s.draft_seconds for s in flat)),
-        "select_seconds": float(sum(s.select_seconds for s in flat)),
-        "overhead_fraction": float(sum(s.overhead_seconds for s in flat) / wall) if wall else 0.0,
-        "exact": all(k != "diverged" for k in kinds), "verdicts": {k: kinds.count(k) for k in sorted(set(kinds))},
+        "rounds": figs["rounds"], "new_tokens": int(first.new_tokens),
+        **{k: figs[k] for k in ("tokens_per_second", "tokens_per_second_iqr", "normal_tokens_per_second",
+                                "speedup", "speedup_iqr", "speedup_rounds")},
+        "acceptance_rate": float(first.acceptance_rate),
+        "tokens_per_target_call": float(first.tokens_per_target_call),
+        "target_calls": int(first.target_calls), "draft_calls": int(first.draft_calls),
+        "proposed": int(first.proposed), "accepted": int(first.accepted),
+        "accept_histogram": [int(x) for x in first.accept_counts],
+        "per_position_acceptance": [float(x) for x in first.per_position_acceptance],
+        "guidance_work": int(first.guidance_work),
+        "target_seconds": float(every.target_seconds),
+        "draft_seconds": float(every.draft_seconds),
+        "select_seconds": float(every.select_seconds),
+        "overhead_fraction": float(every.overhead_seconds / every.wall_seconds) if every.wall_seconds else 0.0,
+        **_verdict_fields(kinds),
         "options": {k: v for k, v in sess.options.get(method, {}).items() if isinstance(v, (int, float, str))},
     }
-    return info
 
 
 def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, benchmark=None) -> dict:
-    """Time `method` against `normal` in `rounds` interleaved rounds (one warm-up first).
+    """Time `method` against `normal` in `rounds` paired rounds (see `paired_rounds`); records the case's
+    width and trace on the session."""
 
-    With a pytest-benchmark fixture, the method's rounds go through `benchmark.pedantic` and normal runs
-    in its untimed setup right before each round, so each round's ratio is paired.
-    """
-    normal_walls: list[float] = []
-    method_walls: list[float] = []
-    stats_rounds: list[list] = []
-    outs_holder: dict = {}
-
-    def run_normal():
-        _, _, w = decode_all(sess, "normal", 0)
-        normal_walls.append(w)
-
-    def run_method_round():
+    def run():
         trace: list = []
-        outs, stats, w = decode_all(sess, method, width, trace=trace)
-        method_walls.append(w)
-        stats_rounds.append(stats)
-        outs_holder.setdefault("outs", outs)
-        outs_holder.setdefault("trace", trace)
-        synchronize(sess.rt.device)
+        outs, stats, wall = decode_all(sess, method, width, trace=trace)
+        return wall, (outs, stats, trace)
 
-    run_method_round()  # warm-up of the method's path, not recorded (normal runs in every case, so it is warm)
-    normal_walls.clear()
-    method_walls.clear()
-    stats_rounds.clear()
-    outs_holder.clear()
-    if benchmark is not None:
-        benchmark.pedantic(run_method_round, setup=run_normal, rounds=rounds, warmup_rounds=0, iterations=1)
-    else:
-        for _ in range(rounds):
-            run_normal()
-            run_method_round()
-    kinds = verdicts(sess, outs_holder["outs"])
-    info = summarize(sess, method, width, stats_rounds, normal_walls, method_walls, kinds)
-    sess.traces[f"{method}-w{width}"] = outs_holder["trace"][:16]
+    with torch_threads(sess.cfg.threads):
+        pr = paired_rounds(sess, run, rounds, benchmark)
+    outs, _, trace = pr.results[0]
+    info = summarize(sess, method, width, [r[1] for r in pr.results], pr.normal_walls, pr.walls,
+                     verdicts(sess, outs))
+    sess.record_case(method, width, trace)
     return info
 
 
-# --- reference rows (not methods): peers and bounds measured in the same run -----------------------
-
-REFERENCES = ("generate", "prompt_lookup", "assisted")
-
-
-def early_exit_assistant(rt, layers: int | None = None):
-    """An assistant for transformers' assisted decoding: the target's first `layers` layers + its norm/head.
-
-    Assisted decoding needs a second model with the target's vocabulary, and no smaller LFM2 exists for
-    the mini target (or for a random-weight 350M). A truncated copy of the target is the one assistant
-    every target has without training (self-speculative early exit); it is a peer row, not a method.
-    """
-    import copy
-
-    import torch
-
-    n = layers if layers is not None else max(1, rt.num_layers // 2)
-    m = copy.deepcopy(rt.model)
-    m.model.layers = torch.nn.ModuleList(list(m.model.layers)[:n])
-    m.config.num_hidden_layers = n
-    m.config.layer_types = list(m.config.layer_types)[:n]
-    return m.eval()
-
-
-def _generate_all(sess: BenchSession, **gen_kwargs) -> tuple[list[list[int]], float]:
-    import torch
-
-    rt = sess.rt
-    outs, wall = [], 0.0
-    pad = rt.config.pad_token_id if rt.config.pad_token_id is not None else 0
-    for p in sess.prompt_ids:
-        inp = torch.tensor([p], device=rt.device)
-        synchronize(rt.device)
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            g = rt.model.generate(inp, max_new_tokens=sess.cfg.tokens, min_new_tokens=sess.cfg.tokens,
-                                  do_sample=False, pad_token_id=pad, **gen_kwargs)
-        synchronize(rt.device)
-        wall += time.perf_counter() - t0
-        outs.append(g[0, len(p):].tolist())
-    return outs, wall
-
-
-def reference_runner(sess: BenchSession, kind: str):
-    """A callable returning (outputs, wall seconds) for one pass over the benchmark prompts."""
-    if kind == "generate":
-        return lambda: _generate_all(sess)
-    if kind == "prompt_lookup":
-        return lambda: _generate_all(sess, prompt_lookup_num_tokens=4)
-    if kind == "assisted":
-        assistant = early_exit_assistant(sess.rt)
-        return lambda: _generate_all(sess, assistant_model=assistant)
-    if kind.startswith("oracle-w"):
-        from .proposers import OracleProposer
-
-        w = int(kind[len("oracle-w"):])
-
-        def run():
-            outs, wall = [], 0.0
-            for p, ref in zip(sess.prompt_ids, sess.references):
-                ids, st = speculative(sess.rt, OracleProposer(p, ref, sess.rt.vocab_size), p, sess.cfg.tokens, w,
-                                      method="oracle")
-                outs.append(ids)
-                wall += st.wall_seconds
-            return outs, wall
-        return run
-    raise ValueError(f"unknown reference {kind!r}")
-
-
 def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None) -> dict:
-    run = reference_runner(sess, kind)
-    normal_walls, ref_walls, outs_holder = [], [], {}
+    """Time reference `kind` (dflash_core.references) against `normal` in `rounds` paired rounds."""
+    runner = reference_runner(sess.rt, sess.prompt_ids, sess.references, sess.cfg.tokens, kind)
 
-    def run_normal():
-        normal_walls.append(decode_all(sess, "normal", 0)[2])
+    def run():
+        outs, wall = runner()
+        return wall, outs
 
-    def run_ref():
-        outs, w = run()
-        ref_walls.append(w)
-        outs_holder.setdefault("outs", outs)
-
-    run_normal()
-    run_ref()
-    normal_walls.clear()
-    ref_walls.clear()
-    outs_holder.clear()
-    if benchmark is not None:
-        benchmark.pedantic(run_ref, setup=run_normal, rounds=rounds, warmup_rounds=0, iterations=1)
-    else:
-        for _ in range(rounds):
-            run_normal()
-            run_ref()
-    toks = sess.cfg.tokens * len(sess.prompt_ids)
-    ratios = [n / r for n, r in zip(normal_walls, ref_walls) if r > 0]
-    sp, sp_iqr = _median_iqr(ratios)
-    tps, tps_iqr = _median_iqr([toks / w for w in ref_walls if w > 0])
-    kinds = verdicts(sess, outs_holder["outs"])
-    return {"reference": kind, "device": sess.rt.device.type, "tokens_per_second": float(tps),
-            "tokens_per_second_iqr": float(tps_iqr), "speedup": float(sp), "speedup_iqr": float(sp_iqr),
-            "speedup_rounds": [float(r) for r in ratios], "rounds": len(ref_walls),
-            "exact": all(k != "diverged" for k in kinds), "verdicts": {k: kinds.count(k) for k in set(kinds)}}
+    with torch_threads(sess.cfg.threads):
+        pr = paired_rounds(sess, run, rounds, benchmark)
+    figs = pr.figures(sess.cfg.tokens * len(sess.prompt_ids))
+    return {"reference": kind, "device": sess.rt.device.type,
+            **{k: figs[k] for k in ("tokens_per_second", "tokens_per_second_iqr", "speedup", "speedup_iqr",
+                                    "speedup_rounds", "rounds")},
+            **_verdict_fields(verdicts(sess, pr.results[0]))}
 
 
 def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) -> dict:
@@ -409,6 +377,11 @@ def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) ->
     `block_len` rows is rolled back whole so the context stays put (the first forward after a prefill is
     slower and would inflate both numbers).
     """
+    with torch_threads(sess.cfg.threads):
+        return _verify_cost_curve(sess, widths, calls)
+
+
+def _verify_cost_curve(sess: BenchSession, widths: list[int], calls: int) -> dict:
     rt = sess.rt
     p = sess.prompt_ids[0] + sess.references[0][: max(0, sess.cfg.tokens // 2)]
     s = rt.session(recording=True)

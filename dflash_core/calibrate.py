@@ -3,7 +3,8 @@ exact settings by measured throughput over repeated, order-rotated trials, and r
 
 The seed chose from one noisy run per setting; here every setting runs `repeats` times per prompt, the
 order of settings is rotated each round so drift does not favour one, and the median tokens/s with its
-spread (IQR) is recorded. Ties in median go to the earlier (simpler) setting in grid order.
+spread (IQR, dflash_core.spread: the benchmark's definition) is recorded. Ties in median go to the earlier
+(simpler) setting in grid order.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .decode import greedy, speculative
+from .spread import median_iqr
 
 
 @dataclass
@@ -27,11 +29,9 @@ class Trial:
     exact: bool = True
 
     def summary(self) -> dict:
-        tps = sorted(self.tokens_per_second)
-        q = statistics.quantiles(tps, n=4) if len(tps) >= 2 else [tps[0]] * 3 if tps else [0.0] * 3
+        med, iqr = median_iqr(self.tokens_per_second)
         return {"setting": self.setting, "key": self.key, "all_exact": self.exact,
-                "tokens_per_second_median": statistics.median(tps) if tps else 0.0,
-                "tokens_per_second_iqr": q[2] - q[0], "trials": len(tps),
+                "tokens_per_second_median": med, "tokens_per_second_iqr": iqr, "trials": len(self.tokens_per_second),
                 "mean_acceptance_rate": statistics.fmean(self.acceptance) if self.acceptance else 0.0,
                 "mean_tokens_per_target_call": statistics.fmean(self.tokens_per_call) if self.tokens_per_call
                 else 0.0,

@@ -2,7 +2,9 @@
 
 `greedy` is the exact reference (method 00). `speculative` drafts with a proposer, verifies the block in
 one target forward, accepts the longest matching prefix, commits the correction (or, after full
-acceptance, the bonus token) and rolls the target cache back. Both return `(ids, DecodeStats)`.
+acceptance, the bonus token) and rolls the target cache back, one `speculative_round` per target call.
+Both return `(ids, DecodeStats)`; each target call is one `DecodeStats.record`, and `DecodeStats.merge`
+pools the stats of several decodes (the benchmark's per-case figures).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any, Protocol
 
 from .device import synchronize
 from .errors import BadInputError
-from .target import TargetRuntime
+from .target import TargetRuntime, TargetSession
 
 
 @dataclass
@@ -96,6 +98,55 @@ class DecodeStats:
                  overhead_seconds=self.overhead_seconds)
         return d
 
+    def record(self, proposed: int, accepted: int, target_seconds: float, proposal: Proposal | None = None) -> None:
+        """One target call: `proposed` drafts were verified and the first `accepted` kept (a prefill or a greedy
+        step is a call with none proposed). `proposal` is the drafter's work for the round, if it drafted."""
+        self.target_calls += 1
+        self.target_seconds += target_seconds
+        self.proposed += proposed
+        self.accepted += accepted
+        self.accept_counts[accepted] += 1
+        for i in range(proposed):
+            self.position_proposed[i] += 1
+            self.position_accepted[i] += int(i < accepted)
+        if proposal is not None:
+            self.draft_calls += 1
+            self.draft_seconds += proposal.draft_seconds
+            self.select_seconds += proposal.select_seconds
+            self.guidance_work += int(proposal.guidance)
+            for key, val in proposal.meta.items():
+                if isinstance(val, (int, float)) and not isinstance(val, bool):
+                    self.meta[key] = self.meta.get(key, 0) + val
+
+    @classmethod
+    def merge(cls, parts: Sequence["DecodeStats"]) -> "DecodeStats":
+        """The stats of several decodes of one method as one: counts, histograms and seconds add up, so the
+        derived rates (acceptance, tokens per call, per-position acceptance) are pooled, not averaged."""
+        parts = list(parts)
+        if not parts:
+            raise ValueError("merge needs at least one DecodeStats")
+        methods = {p.method for p in parts}
+        if len(methods) > 1:
+            raise ValueError(f"merge combines decodes of one method, got {sorted(methods)}")
+        out = cls(method=parts[0].method, width=max(p.width for p in parts),
+                  accept_counts=[0] * max(len(p.accept_counts) for p in parts),
+                  position_proposed=[0] * max(len(p.position_proposed) for p in parts),
+                  position_accepted=[0] * max(len(p.position_accepted) for p in parts),
+                  stopped_at_eos=any(p.stopped_at_eos for p in parts),
+                  margins=None if any(p.margins is None for p in parts) else [m for p in parts for m in p.margins])
+        for p in parts:
+            for name in ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "guidance_work",
+                         "wall_seconds", "target_seconds", "draft_seconds", "select_seconds"):
+                setattr(out, name, getattr(out, name) + getattr(p, name))
+            for name in ("accept_counts", "position_proposed", "position_accepted"):
+                acc = getattr(out, name)
+                for i, c in enumerate(getattr(p, name)):
+                    acc[i] += c
+            for key, val in p.meta.items():
+                if isinstance(val, (int, float)) and not isinstance(val, bool):
+                    out.meta[key] = out.meta.get(key, 0) + val
+        return out
+
 
 def _check_budget(n) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -109,36 +160,78 @@ def _cut_at_eos(tokens: list[int], eos: int | None) -> tuple[list[int], bool]:
     return tokens, False
 
 
+def _start(runtime: TargetRuntime, prompt_ids: Sequence[int], n: int, stop_at_eos: bool
+           ) -> tuple[list[int], int | None, float]:
+    """The shared prologue: check the prompt, choose the EOS to stop at, start the clock on an idle device."""
+    prompt = runtime.check_prompt(prompt_ids, n)
+    eos = runtime.eos_token_id if stop_at_eos else None
+    synchronize(runtime.device)
+    return prompt, eos, time.perf_counter()
+
+
+def _finish(runtime: TargetRuntime, stats: DecodeStats, out: list[int], n: int, eos: int | None,
+            t0: float) -> tuple[list[int], DecodeStats]:
+    """The shared epilogue: trim to the budget and the first EOS, stop the clock, count what was emitted."""
+    out, hit = _cut_at_eos(out[:n], eos)
+    synchronize(runtime.device)
+    stats.wall_seconds = time.perf_counter() - t0
+    stats.new_tokens = len(out)
+    stats.stopped_at_eos = hit
+    return out, stats
+
+
 def greedy(runtime: TargetRuntime, prompt_ids: Sequence[int], max_new_tokens: int, *,
            stop_at_eos: bool = False, record_margins: bool = False) -> tuple[list[int], DecodeStats]:
     """Method 00: one target forward per token. The exact reference for every other method."""
     n = _check_budget(max_new_tokens)
-    prompt = runtime.check_prompt(prompt_ids, n)
-    eos = runtime.eos_token_id if stop_at_eos else None
-    stats = DecodeStats(method="normal", width=0, accept_counts=[0])
-    margins: list[float] = []
+    stats = DecodeStats(method="normal", width=0, accept_counts=[0], margins=[] if record_margins else None)
     out: list[int] = []
-    synchronize(runtime.device)
-    t0 = time.perf_counter()
+    prompt, eos, t0 = _start(runtime, prompt_ids, n, stop_at_eos)
     if n:
         sess = runtime.session(recording=False)
         step = sess.prefill(prompt, margins=record_margins)
         while True:
-            stats.target_calls += 1
-            stats.accept_counts[0] += 1
-            stats.target_seconds += step.seconds
+            stats.record(0, 0, step.seconds)
             out.append(step.ids[-1])
-            if record_margins:
-                margins.append(step.margins[-1])
+            if stats.margins is not None:
+                stats.margins.append(step.margins[-1])
             if len(out) >= n or (eos is not None and out[-1] == eos):
                 break
             step = sess.verify([out[-1]], margins=record_margins)
-    synchronize(runtime.device)
-    stats.wall_seconds = time.perf_counter() - t0
-    stats.new_tokens = len(out)
-    stats.stopped_at_eos = eos is not None and bool(out) and out[-1] == eos
-    stats.margins = margins if record_margins else None
-    return out, stats
+    return _finish(runtime, stats, out, n, eos, t0)
+
+
+def _check_width(width, proposer: Proposer) -> int:
+    cap = getattr(proposer, "max_width", None)
+    if isinstance(width, bool) or not isinstance(width, int) or width < 1 or (cap is not None and width > cap):
+        hi = cap if cap is not None else "B"
+        raise BadInputError(f"verify width must be an integer in 1..{hi} (the drafter's block size), got {width!r}")
+    return width
+
+
+def speculative_round(sess: TargetSession, proposer: Proposer, prompt: list[int], out: list[int], k: int,
+                      taps: tuple[int, ...], stats: DecodeStats, trace: list | None = None) -> int:
+    """One round: propose k drafts after prompt + out, verify [anchor, drafts] in one target forward, accept
+    the longest prefix that matches the target's argmax, roll the rejected rows back, commit the accepted
+    drafts plus the correction (or, after full acceptance, the bonus token) to `out`. Returns the accepted count.
+    """
+    prop = proposer.propose(prompt + out, k) if k > 0 else None
+    drafts = [int(t) for t in prop.ids[:k]] if prop is not None else []
+    step = sess.verify([out[-1]] + drafts, taps=taps)
+    g = step.ids
+    a = 0
+    while a < len(drafts) and drafts[a] == g[a]:
+        a += 1
+    sess.rollback(len(drafts) - a)
+    stats.record(len(drafts), a, step.seconds, prop)
+    out.extend(drafts[:a])
+    out.append(g[a])  # the correction, or after full acceptance the bonus token
+    if trace is not None:
+        trace.append({"draft": drafts, "accepted": a, "token": g[a], "bonus": a == len(drafts)})
+    t_obs = time.perf_counter()
+    proposer.observe(step.hidden[: a + 1] if step.hidden is not None else None)
+    stats.draft_seconds += time.perf_counter() - t_obs
+    return a
 
 
 def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence[int], max_new_tokens: int,
@@ -150,67 +243,23 @@ def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence
     the committed correction/bonus token (the report's mechanism explorer replays these).
     """
     n = _check_budget(max_new_tokens)
-    cap = getattr(proposer, "max_width", None)
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1 or (cap is not None and width > cap):
-        hi = cap if cap is not None else "B"
-        raise BadInputError(f"verify width must be an integer in 1..{hi} (the drafter's block size), got {width!r}")
-    prompt = runtime.check_prompt(prompt_ids, n)
-    eos = runtime.eos_token_id if stop_at_eos else None
+    width = _check_width(width, proposer)
     taps = tuple(getattr(proposer, "taps", ()) or ())
     stats = DecodeStats(method=method, width=width, accept_counts=[0] * (width + 1),
                         position_proposed=[0] * width, position_accepted=[0] * width)
     out: list[int] = []
-    synchronize(runtime.device)
-    t0 = time.perf_counter()
+    prompt, eos, t0 = _start(runtime, prompt_ids, n, stop_at_eos)
     if n:
         sess = runtime.session(recording=True)
         step = sess.prefill(prompt, taps=taps)
-        stats.target_calls += 1
-        stats.accept_counts[0] += 1
-        stats.target_seconds += step.seconds
+        stats.record(0, 0, step.seconds)
         out.append(step.ids[-1])
         t_obs = time.perf_counter()
         proposer.begin(prompt, step.hidden)
         stats.draft_seconds += time.perf_counter() - t_obs  # drafter context K/V: drafter work, not loop overhead
         while len(out) < n and not (eos is not None and out[-1] == eos):
             k = min(width, n - len(out) - 1)  # verifying k drafts yields up to k + 1 tokens: never overshoot
-            drafts: list[int] = []
-            if k > 0:
-                prop = proposer.propose(prompt + out, k)
-                drafts = [int(t) for t in prop.ids[:k]]
-                stats.draft_calls += 1
-                stats.draft_seconds += prop.draft_seconds
-                stats.select_seconds += prop.select_seconds
-                stats.guidance_work += int(prop.guidance)
-                for key, val in prop.meta.items():
-                    if isinstance(val, (int, float)) and not isinstance(val, bool):
-                        stats.meta[key] = stats.meta.get(key, 0) + val
-            step = sess.verify([out[-1]] + drafts, taps=taps)
-            stats.target_calls += 1
-            stats.target_seconds += step.seconds
-            g = step.ids
-            a = 0
-            while a < len(drafts) and drafts[a] == g[a]:
-                a += 1
-            sess.rollback(len(drafts) - a)
-            stats.proposed += len(drafts)
-            stats.accepted += a
-            stats.accept_counts[a] += 1
-            for i in range(len(drafts)):
-                stats.position_proposed[i] += 1
-                stats.position_accepted[i] += int(i < a)
-            out.extend(drafts[:a])
-            out.append(g[a])  # the correction, or after full acceptance the bonus token
-            if trace is not None:
-                trace.append({"draft": drafts, "accepted": a, "token": g[a], "bonus": a == len(drafts)})
-            t_obs = time.perf_counter()
-            proposer.observe(step.hidden[: a + 1] if step.hidden is not None else None)
-            stats.draft_seconds += time.perf_counter() - t_obs
+            a = speculative_round(sess, proposer, prompt, out, k, taps, stats, trace)
             if eos is not None and eos in out[-(a + 1):]:
                 break
-    out, hit = _cut_at_eos(out[:n], eos)
-    synchronize(runtime.device)
-    stats.wall_seconds = time.perf_counter() - t0
-    stats.new_tokens = len(out)
-    stats.stopped_at_eos = hit
-    return out, stats
+    return _finish(runtime, stats, out, n, eos, t0)

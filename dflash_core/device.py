@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .errors import DeviceError
 from .options import env_value
@@ -80,3 +82,16 @@ def synchronize(device) -> None:
         import torch
 
         torch.cuda.synchronize(device)
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with n intra-op threads, then restore the caller's count (results and timings depend on it)."""
+    import torch
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)

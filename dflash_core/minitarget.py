@@ -42,12 +42,11 @@ import json
 import logging
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .device import torch_threads as _torch_threads
 from .errors import ArtifactError, BadInputError
 
 log = logging.getLogger(__name__)
@@ -84,19 +83,6 @@ class MiniTargetConfig:
     corpus_files: int = 400  # how many source files of the corpus
     threads: int = 2
     autocast_bf16: bool = True  # bf16 autocast for training only (weights stay fp32): ~1.9x steps/s
-
-
-@contextmanager
-def _torch_threads(n: int) -> Iterator[None]:
-    """Run a block with n intra-op threads, then restore (results depend on the thread count)."""
-    import torch
-
-    prev = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
 
 
 # --------------------------------------------------------------------------------------- corpus

@@ -17,39 +17,9 @@ _WRITTEN = pytest.StashKey[bool]()
 
 
 def _lab_section(config) -> dict | None:
+    """The session's lab section (BenchSession.lab_section), or None when no benchmark session ran."""
     sess = config.stash.get(SESSION_STASH, None)
-    if sess is None:
-        return None
-    from ..artifacts import target_identity, versions
-    from ..methods import METHODS
-
-    man = sess.prepared.manifest
-    return {
-        "settings": {**sess.cfg.to_dict(), "widths": sorted({int(k.rsplit("-w", 1)[1]) for k in sess.traces}),
-                     "block_size": sess.block_size},
-        "target": {**target_identity(sess.rt), "dtype": str(sess.rt.dtype).replace("torch.", ""),
-                   "kernels": sess.rt.kernels,
-                   "source": sess.rt.source},
-        "provenance": {"versions": versions(), "seeds": man.get("seeds"),
-                       "artifacts": {"directory": str(sess.prepared.directory), "files": man.get("files"),
-                                     "created_utc": man.get("created_utc")},
-                       "drafter": {k: man.get("drafter", {}).get(k) for k in ("config", "parameters", "final_loss")},
-                       "fits": man.get("fits")},
-        "calibration": sess.calibration,
-        "tuned_widths": sess.tuned_widths,
-        "traces": sess.traces,
-        "token_text": _token_text(sess),
-        "methods": {mid: {"index": m.index, "label": m.label, "mechanism": m.mechanism, "complexity": m.complexity,
-                          "stages": list(m.stages)} for mid, m in METHODS.items()},
-    }
-
-
-def _token_text(sess) -> dict:
-    """id -> its text, for the ids in the recorded traces (the explorer shows text, not bare ids)."""
-    if getattr(sess.rt, "tokenizer", None) is None:
-        return {}
-    ids = {int(t) for tr in sess.traces.values() for r in tr for t in [*r["draft"], r["token"]]}
-    return {str(i): sess.rt.decode([i]) for i in sorted(ids)}
+    return None if sess is None else sess.lab_section()
 
 
 @pytest.hookimpl(optionalhook=True)

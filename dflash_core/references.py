@@ -1,0 +1,85 @@
+"""Reference rows of the benchmark (peers and bounds measured in the same run, not methods).
+
+`generate` (transformers' greedy loop), `prompt_lookup` and `assisted` (transformers' own speculative
+decoders) are the peers; `oracle-w<w>` (drafts that replay greedy, tau = w + 1) is the upper bound of the
+lab's own loop at width w. Each runner makes one pass over the benchmark prompts and returns
+(outputs, wall seconds); bench.measure_reference pairs it with `normal`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .decode import speculative
+from .device import synchronize
+
+REFERENCES = ("generate", "prompt_lookup", "assisted")
+
+
+def early_exit_assistant(rt, layers: int | None = None):
+    """An assistant for transformers' assisted decoding: the target's first `layers` layers + its norm/head.
+
+    Assisted decoding needs a second model with the target's vocabulary, and no smaller LFM2 exists for
+    the mini target (or for a random-weight 350M). A truncated copy of the target is the one assistant
+    every target has without training (self-speculative early exit); it is a peer row, not a method.
+    """
+    import copy
+
+    import torch
+
+    n = layers if layers is not None else max(1, rt.num_layers // 2)
+    m = copy.deepcopy(rt.model)
+    m.model.layers = torch.nn.ModuleList(list(m.model.layers)[:n])
+    m.config.num_hidden_layers = n
+    m.config.layer_types = list(m.config.layer_types)[:n]
+    return m.eval()
+
+
+def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any) -> tuple[list[list[int]], float]:
+    """transformers' `generate` (greedy, exactly `tokens` new tokens) over every prompt; wall seconds summed."""
+    import torch
+
+    outs, wall = [], 0.0
+    pad = rt.config.pad_token_id if rt.config.pad_token_id is not None else 0
+    for p in prompt_ids:
+        inp = torch.tensor([p], device=rt.device)
+        synchronize(rt.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            g = rt.model.generate(inp, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                  pad_token_id=pad, **gen_kwargs)
+        synchronize(rt.device)
+        wall += time.perf_counter() - t0
+        outs.append(g[0, len(p):].tolist())
+    return outs, wall
+
+
+def oracle_all(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
+               width: int) -> tuple[list[list[int]], float]:
+    """The lab's loop with drafts that replay greedy: every draft accepted, the best width w can do."""
+    from .proposers import OracleProposer
+
+    outs, wall = [], 0.0
+    for p, ref in zip(prompt_ids, references):
+        ids, st = speculative(rt, OracleProposer(p, ref, rt.vocab_size), p, tokens, width, method="oracle")
+        outs.append(ids)
+        wall += st.wall_seconds
+    return outs, wall
+
+
+def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
+                     kind: str) -> Callable[[], tuple[list[list[int]], float]]:
+    """A callable returning (outputs, wall seconds) for one pass of reference `kind` over the prompts."""
+    if kind == "generate":
+        return lambda: generate_all(rt, prompt_ids, tokens)
+    if kind == "prompt_lookup":
+        return lambda: generate_all(rt, prompt_ids, tokens, prompt_lookup_num_tokens=4)
+    if kind == "assisted":
+        assistant = early_exit_assistant(rt)
+        return lambda: generate_all(rt, prompt_ids, tokens, assistant_model=assistant)
+    if kind.startswith("oracle-w"):
+        w = int(kind[len("oracle-w"):])
+        return lambda: oracle_all(rt, prompt_ids, references, tokens, w)
+    raise ValueError(f"unknown reference {kind!r}")

@@ -1,0 +1,118 @@
+"""The measurement path on the tiny prepared target: paired rounds for cases and references, the lab section
+the session builds for benchmark.json, and open_session leaving the torch thread count as it found it."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+PROMPTS = ([1, 5, 9, 13], [3, 4, 40, 41, 42])
+TOKENS = 6
+
+
+@pytest.fixture()
+def session(tiny_prepared):
+    import torch
+
+    from dflash_core.bench import BenchConfig, BenchSession
+    from dflash_core.decode import greedy
+
+    refs, margins = [], []
+    for p in PROMPTS:
+        r, st = greedy(tiny_prepared.rt, p, TOKENS, record_margins=True)
+        refs.append(r)
+        margins.append(st.margins)
+    cfg = BenchConfig(target=str(tiny_prepared.path), tokens=TOKENS, prompt_limit=len(PROMPTS), rounds=2,
+                      threads=torch.get_num_threads())
+    return BenchSession(cfg, tiny_prepared.rt, tiny_prepared.prepared, "code", ["a", "b"], [list(p) for p in PROMPTS],
+                        refs, margins)
+
+
+def test_measure_pair_counts_the_first_round_and_pairs_every_round(session, tiny_prepared):
+    from dflash_core.bench import measure_pair
+    from dflash_core.runner import run_method
+
+    info = measure_pair(session, "dflash", 2, rounds=2)
+    direct = [run_method("dflash", tiny_prepared.rt, tiny_prepared.prepared, p, TOKENS, 2)[1] for p in PROMPTS]
+    assert info["exact"] is True and info["verdicts"] == {"exact": len(PROMPTS)}
+    assert info["rounds"] == 2 and len(info["speedup_rounds"]) == 2
+    assert info["new_tokens"] == TOKENS * len(PROMPTS)
+    assert info["target_calls"] == sum(s.target_calls for s in direct)
+    assert info["accepted"] == sum(s.accepted for s in direct) and info["proposed"] == sum(s.proposed for s in direct)
+    assert info["accept_histogram"] == [sum(c) for c in zip(*(s.accept_counts for s in direct))]
+    assert info["tokens_per_target_call"] == info["new_tokens"] / info["target_calls"]
+    assert 0.0 <= info["overhead_fraction"] <= 1.0
+    assert session.cases == {"dflash": [2]} and len(session.traces["dflash-w2"]) <= 16
+
+
+def test_cases_record_widths_as_data_for_the_lab_section(session):
+    from dflash_core.bench import measure_pair
+    from dflash_core.methods import METHODS
+
+    measure_pair(session, "normal", 0, rounds=1)
+    measure_pair(session, "dflash", 2, rounds=1)
+    measure_pair(session, "dflash", 1, rounds=1)
+    assert session.cases == {"normal": [0], "dflash": [1, 2]}
+    lab = json.loads(json.dumps(session.lab_section(), allow_nan=False))
+    assert set(lab) == {"settings", "target", "provenance", "calibration", "tuned_widths", "traces", "token_text",
+                        "methods"}
+    assert lab["settings"]["widths"] == [0, 1, 2] and lab["settings"]["block_size"] == session.block_size
+    assert lab["settings"]["tokens"] == TOKENS and lab["target"]["dtype"] == "float64"
+    assert set(lab["traces"]) == {"normal-w0", "dflash-w1", "dflash-w2"} and lab["traces"]["normal-w0"] == []
+    first = lab["traces"]["dflash-w2"]
+    assert first and all(len(r["draft"]) <= 2 and 0 <= r["accepted"] <= len(r["draft"]) for r in first)
+    assert lab["token_text"] == {}, "the tiny target has no tokenizer"
+    assert len(lab["methods"]) == len(METHODS) and lab["methods"]["dflash"]["index"] == 1
+
+
+def test_token_text_covers_every_traced_id():
+    from dflash_core.bench import BenchSession
+
+    rt = SimpleNamespace(tokenizer=object(), decode=lambda ids: f"<{ids[0]}>")
+    sess = BenchSession(None, rt, None, "code", [], [], [], [])
+    sess.traces = {"m-w2": [{"draft": [7, 3], "accepted": 1, "token": 9, "bonus": False}],
+                   "m-w1": [{"draft": [], "accepted": 0, "token": 3, "bonus": True}]}
+    assert sess.token_text() == {"3": "<3>", "7": "<7>", "9": "<9>"}
+
+
+def test_measure_reference_pairs_the_oracle_with_normal(session):
+    from dflash_core.bench import measure_reference
+    from dflash_core.references import reference_runner
+
+    outs, wall = reference_runner(session.rt, session.prompt_ids, session.references, TOKENS, "oracle-w2")()
+    assert outs == session.references and wall > 0
+    info = measure_reference(session, "oracle-w2", rounds=2)
+    assert set(info) == {"reference", "device", "tokens_per_second", "tokens_per_second_iqr", "speedup",
+                         "speedup_iqr", "speedup_rounds", "rounds", "exact", "verdicts"}
+    assert info["exact"] is True and info["rounds"] == 2 and len(info["speedup_rounds"]) == 2
+    with pytest.raises(ValueError, match="unknown reference"):
+        measure_reference(session, "beam", rounds=1)
+
+
+def test_open_session_restores_the_thread_count(monkeypatch):
+    import torch
+
+    import dflash_core.prepare as prepare_mod
+    from dflash_core.bench import BenchConfig, open_session
+
+    class Stop(Exception):
+        pass
+
+    seen = []
+
+    def fake_prepare(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        raise Stop
+
+    monkeypatch.setattr(prepare_mod, "prepare", fake_prepare)
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    try:
+        with pytest.raises(Stop):
+            open_session(BenchConfig(threads=want))
+        assert seen == [want], "the session's own work runs at cfg.threads"
+        assert torch.get_num_threads() == before, "open_session leaked its thread count"
+    finally:
+        torch.set_num_threads(before)
