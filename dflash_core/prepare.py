@@ -8,12 +8,10 @@ fitter (aux heads and fits of methods 02-14) adds its files. Everything lands in
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,9 @@ from .artifacts import (
     write_manifest,
 )
 from .errors import ArtifactError
+from .prepared import DRAFTER_FILE, Prepared, load_prepared  # noqa: F401  (re-exported: callers import them here)
 from .train import TrainConfig
 
-DRAFTER_FILE = "drafter.pt"
 TRAJ_FILE = "trajectories.json"
 
 
@@ -53,28 +51,6 @@ class PrepareConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# Fitters registered by method modules: name -> fn(context) -> {filename: bytes} plus manifest metadata.
-FITTERS: dict[str, Callable[["FitContext"], dict]] = {}
-
-
-@dataclass
-class FitContext:
-    rt: Any
-    drafter: Any
-    trajectories: list[list[int]]
-    prompt_lens: list[int]
-    cfg: PrepareConfig
-    family: str
-    progress: bool
-
-
-def register_fitter(name: str):
-    def deco(fn):
-        FITTERS[name] = fn
-        return fn
-    return deco
 
 
 def _log(msg: str) -> None:
@@ -127,8 +103,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     """Build (or verify) every artifact for `target`; returns the artifact directory."""
     import torch
 
-    from . import methods  # noqa: F401  (importing registers every method's fitter, refresh or not)
-    from .drafter import DrafterConfig, default_taps
+    from .drafter import DrafterConfig, default_taps, parameter_count
+    from .methods import FitContext, fit_files, fitters
     from .target import load_target
     from .train import train_drafter, trajectories
 
@@ -142,7 +118,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     out = artifact_dir(ident, home)
     if not refresh:
         try:
-            read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *expected_fit_files()))
+            read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *fit_files()))
             _log(f"artifacts for {rt.name} are present and verified in {out}")
             return out
         except ArtifactError as exc:
@@ -170,17 +146,17 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     files[TRAJ_FILE] = file_entry(out / TRAJ_FILE)
     fits: dict[str, Any] = {}
     ctx = FitContext(rt, drafter, trajs, [len(s) for s in seeds], cfg, family, progress)
-    for name, fn in FITTERS.items():
-        _log(f"fitting {name}")
-        res = fn(ctx)
+    for fitter in fitters():
+        _log(f"fitting {fitter.name}")
+        res = fitter(ctx)
         for fname, data in res.get("files", {}).items():
             write_atomic(out / fname, data)
             files[fname] = file_entry(out / fname)
-        fits[name] = res.get("meta", {})
+        fits[fitter.name] = res.get("meta", {})
     extra = {
         "prepare_config": cfg.to_dict(),
         "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": family, "train_seed_count": len(seeds)},
-        "drafter": {"config": dcfg.to_dict(), "parameters": int(sum(p.numel() for p in drafter.parameters())),
+        "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),
                     **metrics},
         "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj},
         "fits": fits,
@@ -189,56 +165,3 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     write_manifest(out, ident, files, extra)
     _log(f"done in {time.perf_counter() - t_start:.1f}s -> {out}")
     return out
-
-
-def expected_fit_files() -> tuple[str, ...]:
-    from . import methods  # noqa: F401  (importing registers the fitters)
-
-    names: list[str] = []
-    for fn in FITTERS.values():
-        names.extend(getattr(fn, "files", ()))
-    return tuple(names)
-
-
-@dataclass
-class Prepared:
-    """Verified artifacts loaded for one runtime (drafter on the runtime's device and dtype)."""
-
-    directory: Path
-    manifest: dict
-    drafter: Any
-    files: dict = field(default_factory=dict)
-
-    def load_json(self, name: str) -> Any:
-        return json.loads((self.directory / name).read_text("utf-8"))
-
-    def load_torch(self, name: str) -> Any:
-        import torch
-
-        return torch.load(self.directory / name, map_location="cpu", weights_only=True)
-
-
-def load_prepared(rt, *, home=None, required: tuple[str, ...] = ()) -> Prepared:
-    """Verify the manifest against the runtime's target and load the drafter onto its device/dtype."""
-    import torch
-
-    from .drafter import DFlashDrafter, DrafterConfig
-
-    ident = target_identity(rt)
-    d = artifact_dir(ident, home)
-    doc = read_manifest(d, ident, required=(DRAFTER_FILE, *required))
-    blob = torch.load(d / DRAFTER_FILE, map_location="cpu", weights_only=True)
-    dcfg = DrafterConfig.from_dict(blob["config"])
-    drafter = DFlashDrafter(dcfg)
-    drafter.load_state_dict(blob["state_dict"])
-    dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
-    drafter = drafter.to(device=rt.device, dtype=dt).eval()
-    if getattr(rt, "kernels", "eager") != "eager" and dt == torch.float32:
-        from .kernels import apply_kernels
-
-        apply_kernels(drafter, rt.kernels)  # the drafter runs on the same execution path as the target
-    return Prepared(directory=d, manifest=doc, drafter=drafter)
-
-
-def with_steps(cfg: PrepareConfig, steps: int) -> PrepareConfig:
-    return replace(cfg, train=replace(cfg.train, steps=steps))

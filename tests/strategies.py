@@ -42,3 +42,34 @@ def decode_cases(draw, vocab: int, max_width: int = MAX_WIDTH, max_budget: int =
     else:
         corrupt = frozenset(draw(st.sets(st.integers(0, max_budget + max_width), max_size=24)))
     return DecodeCase(prompt, budget, width, corrupt)
+
+
+# Per method, option values that exercise its non-default paths (trimming, many coins, gated pair
+# rescoring, MOBS fallback, ...); a drawn subset of the keys is passed, the rest keep their defaults.
+METHOD_OPTIONS: dict[str, dict[str, tuple]] = {
+    "dflash": {},
+    "dflash2": {"top_k": (1, 3, 8)},
+    "mobs": {"top_k": (1, 3, 8)},
+    "jump_mobs": {"top_k": (1, 3, 8), "jump_weight": (0.0, 0.5, 5.0)},
+    "fused_jump": {"top_k": (1, 3, 8), "min_margin": (0.0, 0.5, 1e9)},
+    "boltzmann": {"temperature": (0.0, 0.15, 5.0), "top_k": (1, 2, 8)},
+    "bmobs": {"temperature": (0.0, 0.35, 5.0), "top_k": (1, 2, 8)},
+    "act": {"tau": (0.0, 0.25, 1.0, 4.0, 1e9)},
+    "dspark_lite": {"floor": (0.0, 0.35, 0.9)},
+    "boltzmann_v10": {"temperature": (0.03, 2.0), "cutoff": (0.15, 50.0), "budget": (0, 1, 2)},
+    "gated_mobs_v11": {"gate": (0.0, 0.08), "budget": (0, 3), "top_k": (4, 8), "temperature": (0.04, 5.0)},
+    "parareal_v12": {"correction_rounds": (0, 2, 4), "damping": (0.75, 1.0)},
+    "minop_v13": {"temperature": (0.03, 2.0), "cutoff": (0.15, 50.0)},
+    "simple_parareal_v14": {"switch_threshold": (0.0, 1e9), "max_corrections": (0, 1, 2)},
+}
+
+
+@st.composite
+def method_options(draw, method: str) -> dict:
+    """Options for `method`: each of its option axes is left at the default or set to a drawn value."""
+    out = {}
+    for name, values in METHOD_OPTIONS[method].items():
+        value = draw(st.sampled_from((None, *values)), label=name)
+        if value is not None:
+            out[name] = value
+    return out

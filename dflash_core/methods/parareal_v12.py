@@ -1,5 +1,5 @@
-"""12 parareal_v12 and 14 simple_parareal_v14: Parareal-style coarse/fine residual corrections, plus the
-fit helpers methods 09-14 share (example collection, split by trajectory, closed-form ridge).
+"""12 parareal_v12: Parareal-style coarse/fine residual correction of the drafter's top-K scores
+(14 simple_parareal_v14, its three-coefficient cousin, is in parareal_v14.py).
 
 Parareal mapping. The coarse propagator G is the drafter's top-K logits of a slot; the fine propagator F
 is the target's logits of the same K ids (available in preparation only, from teacher trajectories).
@@ -37,112 +37,23 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from dataclasses import dataclass
 
 import torch
 
 from ..errors import ArtifactError, BadInputError
-from ..prepare import register_fitter
-from . import MethodInfo, register
-from .common import BlockProposer, topk
-from .pairwise import check_number
-from .routing import top2
+from .base import Fitter, MethodInfo
+from .block import BlockProposer
+from .common import MethodOptions, check_number, opt, topk
+from .fitting import correction_examples, refuse_benchmark_trajectories, ridge, split_by_trajectory
 
-FIT_TOP_K = 8  # candidates kept per slot in the shared fit examples (V12 K, DSpark K, V14 uses the first 2)
-HOLDOUT_FRACTION = 0.2
 V12_FILE = "v12_parareal.json"
-V14_FILE = "v14_simple_parareal.json"
 V12_ALGORITHM = "DFlash12-PARAREAL"
-V14_ALGORITHM = "DFlash14-Simple-PARAREAL"
 V12_FEATURES = ("current_score", "coarse_score", "candidate_rank", "block_position", "coarse_margin",
                 "candidate_last_similarity", "candidate_mean_similarity", "current_x_position")
 V12_DEFAULTS = {"top_k": 8, "correction_rounds": 2, "damping": 0.75, "ridge": 1e-3, "residual_clip": 6.0,
                 "interpolation": [0.0, 0.5, 0.75]}
-V14_DEFAULTS = {"damping": 1.0, "switch_threshold": 0.0, "max_corrections": 1}
-V14_RIDGE = 1e-3
-
-
-# --- fit helpers shared by methods 09-14 --------------------------------------------------------------
-
-def refuse_benchmark_trajectories(ctx, purpose: str) -> None:
-    """Held-out discipline for fitting: no trajectory may start from a benchmark prompt.
-
-    Checks the decoded prompt text (via `data.refuse_benchmark`) and the exact prompt ids. Targets without
-    a tokenizer train on seeded random ids, which cannot be benchmark prompts.
-    """
-    rt = ctx.rt
-    if getattr(rt, "tokenizer", None) is None:
-        return
-    from ..data import load_prompts, refuse_benchmark
-
-    prompts = [list(seq[:plen]) for seq, plen in zip(ctx.trajectories, ctx.prompt_lens)]
-    refuse_benchmark([rt.decode(p) for p in prompts], ctx.family, purpose)
-    bench = {tuple(rt.encode(t)) for t in load_prompts(ctx.family).benchmark}
-    leaked = [i for i, p in enumerate(prompts) if tuple(p) in bench]
-    if leaked:
-        raise BadInputError(f"{purpose} was given trajectories {leaked[:3]} that start from benchmark prompts: "
-                            "fit on train seeds only; benchmark prompts are held out")
-
-
-def _tie_sort(ids: torch.Tensor, vals: torch.Tensor, *others: torch.Tensor):
-    """Reorder the last dim by (value desc, id asc): the `methods.common.topk` tie rule."""
-    o = ids.argsort(dim=-1, stable=True)
-    ids, vals, others = ids.gather(-1, o), vals.gather(-1, o), [t.gather(-1, o) for t in others]
-    o = (-vals).argsort(dim=-1, stable=True)
-    return (ids.gather(-1, o), vals.gather(-1, o), *[t.gather(-1, o) for t in others])
-
-
-def fit_examples(ctx):
-    """Drafter outputs on the teacher trajectories (top-K with target logits), shared by the 09-14 fitters.
-
-    With `aux_max_examples`, anchors are strided so the examples cover every trajectory (a split by
-    trajectory needs several). Computed once per prepare run (cached on the FitContext).
-    """
-    from .data import draft_examples
-
-    cap = ctx.cfg.aux_max_examples
-    cache = ctx.__dict__.setdefault("_cache_methods_09_14", {})
-    if cap not in cache:
-        B = ctx.drafter.cfg.block_size
-        total = sum(max(0, len(s) - B - max(p, 1)) for s, p in zip(ctx.trajectories, ctx.prompt_lens))
-        stride = max(1, -(-total // cap)) if cap else 1
-        k = min(FIT_TOP_K, ctx.rt.vocab_size)
-        ex = draft_examples(ctx, top_k=k, stride=stride, with_target=True, max_examples=cap)
-        ex.topk_ids, ex.topk_vals, ex.target_logits = _tie_sort(ex.topk_ids, ex.topk_vals, ex.target_logits)
-        ex.stride = stride
-        cache[cap] = ex
-    return cache[cap]
-
-
-def split_by_trajectory(anchors, seed: int, fraction: float = HOLDOUT_FRACTION):
-    """Seeded split of trajectory indices (not example order): (train_mask, holdout_mask, train_ids, hold_ids)."""
-    traj = sorted({t for t, _ in anchors})
-    order = list(traj)
-    random.Random(seed).shuffle(order)
-    n_hold = min(max(1, round(len(order) * fraction)), len(order) - 1) if len(order) >= 2 else 0
-    hold = sorted(order[:n_hold])
-    train = sorted(order[n_hold:])
-    hs = set(hold)
-    hmask = torch.tensor([t in hs for t, _ in anchors], dtype=torch.bool)
-    return ~hmask, hmask, train, hold
-
-
-def ridge(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
-    """Closed-form ridge in float64: (X'X + lam I')^-1 X'y, column 0 (the intercept) unregularised."""
-    X, y = X.double(), y.double()
-    return ridge_normal(X.T @ X, X.T @ y, lam)
-
-
-def ridge_normal(A: torch.Tensor, b: torch.Tensor, lam: float) -> torch.Tensor:
-    """Ridge from accumulated normal equations A = X'X, b = X'y (intercept = column 0, unregularised)."""
-    reg = torch.eye(A.shape[0], dtype=torch.float64) * lam
-    reg[0, 0] = 0.0
-    try:
-        return torch.linalg.solve(A + reg, b)
-    except RuntimeError:  # singular (e.g. a constant column with lam = 0): least-norm solution
-        return torch.linalg.pinv(A + reg) @ b
 
 
 def standardised_ridge(X: torch.Tensor, y: torch.Tensor, lam: float):
@@ -279,11 +190,10 @@ def _convergence(model: V12Model, G, F, sl, sm, labels, ids, B: int) -> dict:
             "update_rms_by_round": rms}
 
 
-@register_fitter("parareal_v12")
 def fit_v12(ctx) -> dict:
     refuse_benchmark_trajectories(ctx, "V12 PARAREAL fitting")
     t0 = time.perf_counter()
-    ex = fit_examples(ctx)
+    ex = correction_examples(ctx)
     B = ctx.drafter.cfg.block_size
     E = ctx.rt.model.get_input_embeddings().weight.detach()
     cfg = dict(V12_DEFAULTS, top_k=int(ex.topk_ids.shape[-1]))
@@ -319,18 +229,7 @@ def fit_v12(ctx) -> dict:
     return {"files": {V12_FILE: json.dumps(doc, sort_keys=True, indent=2).encode()}, "meta": meta}
 
 
-fit_v12.files = (V12_FILE,)
-
-
-def cached_artifact(prepared, name: str, loader):
-    """Load an artifact once per Prepared (proposers are rebuilt per run during calibration)."""
-    if name not in prepared.manifest.get("files", {}):
-        raise ArtifactError(f"prepared artifacts in {prepared.directory} lack {name!r}: run "
-                            "`python -m dflash_core prepare --refresh` (it builds the fits of methods 09-14)")
-    key = f"methods_09_14:{name}"
-    if key not in prepared.files:
-        prepared.files[key] = loader()
-    return prepared.files[key]
+V12_FITTER = Fitter("parareal_v12", (V12_FILE,), fit_v12)
 
 
 class PrefixEmbedding:
@@ -354,19 +253,27 @@ class PrefixEmbedding:
         return self.E[prefix[-1]].double().cpu(), self.sum / self.n
 
 
+@dataclass(frozen=True)
+class V12Options(MethodOptions):
+    """None: the fitted artifact's value. top_k may only repeat the fitted K."""
+
+    correction_rounds: int | None = opt(None, lo=0, integer=True)
+    damping: float | None = opt(None)
+    top_k: int | None = opt(None, lo=1, integer=True)
+
+
 class ParaRealProposer(BlockProposer):
-    def __init__(self, rt, prepared, *, correction_rounds: int | None = None, damping: float | None = None,
-                 top_k: int | None = None):
-        super().__init__(rt, prepared)
-        self.model = cached_artifact(prepared, V12_FILE, lambda: V12Model.from_doc(prepared.load_json(V12_FILE)))
+    def __init__(self, rt, prepared, options: V12Options):
+        super().__init__(rt, prepared, options)
+        self.model = prepared.cached(V12_FILE, lambda: V12Model.from_doc(prepared.load_json(V12_FILE)))
         cfg = self.model.config
-        if top_k is not None and int(top_k) != int(cfg["top_k"]):
-            raise BadInputError(f"parareal_v12 was fitted with top_k={cfg['top_k']}; top_k={top_k} would apply "
-                                "its rank feature and statistics out of distribution (refit instead)")
+        if options.top_k is not None and options.top_k != int(cfg["top_k"]):
+            raise BadInputError(f"parareal_v12 was fitted with top_k={cfg['top_k']}; top_k={options.top_k} would "
+                                "apply its rank feature and statistics out of distribution (refit instead)")
         self.K = int(cfg["top_k"])
-        self.rounds = check_number("correction_rounds", cfg["correction_rounds"] if correction_rounds is None
-                                   else correction_rounds, lo=0, integer=True)
-        self.damping = check_number("damping", cfg["damping"] if damping is None else damping)
+        self.rounds = check_number("correction_rounds", cfg["correction_rounds"] if options.correction_rounds is None
+                                   else options.correction_rounds, lo=0, integer=True)
+        self.damping = check_number("damping", cfg["damping"] if options.damping is None else options.damping)
         self.emb = PrefixEmbedding(self.embed.weight.detach())
 
     def begin(self, prompt, hidden):
@@ -389,151 +296,9 @@ class ParaRealProposer(BlockProposer):
                               "v12_update_rms_sum": float(sum(rms))}
 
 
-# --- V14 ------------------------------------------------------------------------------------------
-
-def v14_design(G: torch.Tensor, B: int) -> torch.Tensor:
-    """[N, n] coarse gaps (slot i = column i) -> [N*n, 3] rows [1, G, i/(B-1)]."""
-    n = G.shape[-1]
-    pos = (torch.arange(n, dtype=torch.float64) / max(B - 1, 1)).expand_as(G)
-    return torch.stack([torch.ones_like(G), G, pos], dim=-1).reshape(-1, 3)
-
-
-def v14_switches(gap1: list[float], threshold: float, max_corrections: int) -> list[int]:
-    """Slots to switch to top-2: gap1 < threshold, smallest gap1 first (lower slot on ties), at most max."""
-    elig = sorted((i for i, g in enumerate(gap1) if g < threshold), key=lambda i: gap1[i])
-    return elig[:max(0, int(max_corrections))]
-
-
-def v14_metrics(G: torch.Tensor, F: torch.Tensor, coef: torch.Tensor, cfg: dict, B: int) -> dict:
-    """Per-slot metrics (as the seed) plus block metrics under the one-switch-per-block budget."""
-    if G.numel() == 0:
-        return {"rows": 0}
-    X = v14_design(G, B)
-    Fh = (X @ coef).view_as(G)
-    gap1 = G + cfg["damping"] * (Fh - G)
-    truth_top2 = F < 0
-    pred_switch = gap1 < cfg["switch_threshold"]
-    tp = float((pred_switch & truth_top2).sum())
-    blk_tp = blk_n = 0
-    for g_row, t_row in zip(gap1.tolist(), truth_top2.tolist()):
-        for i in v14_switches(g_row, cfg["switch_threshold"], cfg["max_corrections"]):
-            blk_n += 1
-            blk_tp += int(t_row[i])
-    return {"rows": int(G.numel()), "fine_gap_mse": float((Fh - F).pow(2).mean()),
-            "fine_gap_mae": float((Fh - F).abs().mean()),
-            "corrected_sign_accuracy": float(((gap1 >= 0) == (F >= 0)).double().mean()),
-            "coarse_sign_accuracy": float(((G >= 0) == (F >= 0)).double().mean()),
-            "teacher_prefers_top2_rate": float(truth_top2.double().mean()),
-            "predicted_switch_rate": float(pred_switch.double().mean()),
-            "switch_precision": tp / max(float(pred_switch.sum()), 1.0),
-            "switch_recall": tp / max(float(truth_top2.sum()), 1.0),
-            "budgeted_switches_per_block": blk_n / G.shape[0], "budgeted_switch_precision": blk_tp / max(blk_n, 1),
-            "mean_coarse_gap": float(G.mean()), "mean_fine_gap": float(F.mean()),
-            "mean_estimated_fine_gap": float(Fh.mean())}
-
-
-@register_fitter("simple_parareal_v14")
-def fit_v14(ctx) -> dict:
-    refuse_benchmark_trajectories(ctx, "V14 simple PARAREAL fitting")
-    t0 = time.perf_counter()
-    ex = fit_examples(ctx)
-    B = ctx.drafter.cfg.block_size
-    G_all = (ex.topk_vals[..., 0] - ex.topk_vals[..., 1]).double()  # [N, B], top-2 by the tie rule
-    F_all = (ex.target_logits[..., 0] - ex.target_logits[..., 1]).double()
-    train, hold, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + 14)
-    coef = ridge(v14_design(G_all[train], B), F_all[train].reshape(-1), V14_RIDGE)
-    cfg = dict(V14_DEFAULTS)
-    fit_mse = float((v14_design(G_all[train], B) @ coef - F_all[train].reshape(-1)).pow(2).mean())
-    tm = v14_metrics(G_all[train], F_all[train], coef, cfg, B)
-    hm = v14_metrics(G_all[hold], F_all[hold], coef, cfg, B)
-    names = ("intercept", "coarse_gap_weight", "position_weight")
-    provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
-                  "train_trajectories": train_ids, "holdout_trajectories": hold_ids,
-                  "split": "by trajectory (seeded permutation)", "train_examples": int(train.sum()),
-                  "holdout_examples": int(hold.sum()), "training_rows": int(train.sum()) * B,
-                  "anchor_stride": ex.stride}
-    doc = {"format_version": 1, "algorithm": V14_ALGORITHM, "coefficients": dict(zip(names, coef.tolist())),
-           "config": cfg, "ridge": V14_RIDGE,
-           "metadata": {"mechanism": "three-coefficient fine-gap estimator, one damped update, one switch",
-                        "parareal_mapping": {"coarse_G": "draft top1 - top2 logit", "fine_F_training_only":
-                                             "target logit(top1) - target logit(top2)",
-                                             "fine_estimator": "a + b*G + c*i/(B-1)",
-                                             "inference_update": "gap1 = G + damping*(F_hat - G)",
-                                             "routing": "at most max_corrections slots with gap1 < threshold"},
-                        "block_size": B, "fit_mse": fit_mse, "train_metrics": tm, "holdout_metrics": hm,
-                        **provenance}}
-    meta = {"file": V14_FILE, "coefficients": dict(zip(names, coef.tolist())), "config": cfg, "fit_mse": fit_mse,
-            "holdout_metrics": hm, "seconds": time.perf_counter() - t0, **provenance}
-    return {"files": {V14_FILE: json.dumps(doc, sort_keys=True, indent=2).encode()}, "meta": meta}
-
-
-fit_v14.files = (V14_FILE,)
-
-
-def load_v14(doc: dict) -> tuple[tuple[float, float, float], dict]:
-    if doc.get("algorithm") != V14_ALGORITHM:
-        raise ArtifactError(f"{V14_FILE} is not a {V14_ALGORITHM} estimator: run `python -m dflash_core prepare "
-                            "--refresh`")
-    c = doc["coefficients"]
-    return (float(c["intercept"]), float(c["coarse_gap_weight"]), float(c["position_weight"])), \
-        {**V14_DEFAULTS, **doc.get("config", {})}
-
-
-class SimpleParaRealProposer(BlockProposer):
-    """Top-2 on the drafter's device (only B x 2 ids/values leave it), then O(B) scalar work."""
-
-    def __init__(self, rt, prepared, *, damping: float | None = None, switch_threshold: float | None = None,
-                 max_corrections: int | None = None):
-        super().__init__(rt, prepared)
-        self.coef, cfg = cached_artifact(prepared, V14_FILE, lambda: load_v14(prepared.load_json(V14_FILE)))
-        self.damping = check_number("damping", cfg["damping"] if damping is None else damping)
-        self.threshold = check_number("switch_threshold", cfg["switch_threshold"] if switch_threshold is None
-                                      else switch_threshold)
-        self.max_corrections = check_number("max_corrections", cfg["max_corrections"] if max_corrections is None
-                                            else max_corrections, lo=0, integer=True)
-
-    def propose(self, prefix, k):
-        from ..decode import Proposal
-
-        t0 = time.perf_counter()
-        logits, _ = self.state.draft(prefix[-1], self.embed, self.head)
-        ids_t, vals_t = top2(logits)
-        ids, vals = ids_t.tolist(), vals_t.tolist()  # the only transfer: B x 2 ids and values
-        t1 = time.perf_counter()
-        chosen, work, meta = self.choose(ids, vals)
-        t2 = time.perf_counter()
-        return Proposal(ids=chosen[:k], draft_seconds=t1 - t0, select_seconds=t2 - t1, guidance=work, meta=meta)
-
-    def choose(self, ids, vals):
-        return v14_choose(ids, vals, self.coef, damping=self.damping, threshold=self.threshold,
-                          max_corrections=self.max_corrections)
-
-
-def v14_choose(ids, vals, coef, *, damping: float, threshold: float, max_corrections: int):
-    """V14 on host top-2 lists: (chosen ids, guidance work, meta)."""
-    a, b, c = coef
-    B = len(ids)
-    G = [float(v[0]) - float(v[1]) for v in vals]
-    Fh = [a + b * g + c * (i / (B - 1) if B > 1 else 0.0) for i, g in enumerate(G)]
-    gap1 = [g + damping * (f - g) for g, f in zip(G, Fh)]
-    chosen = [int(r[0]) for r in ids]
-    sw = v14_switches(gap1, threshold, max_corrections)
-    for i in sw:
-        chosen[i] = int(ids[i][1])
-    return chosen, 6 * B, {"v14_estimator_ops": 6 * B, "v14_switched_positions": len(sw),
-                           "v14_abs_residual_sum": sum(abs(f - g) for f, g in zip(Fh, G)) / B,
-                           "v14_top2_values_transferred": 2 * B}
-
-
-register(MethodInfo(
+INFO = MethodInfo(
     index=12, id="parareal_v12", label="V12 PARAREAL", mechanism="affine fine-minus-coarse residual correction",
-    complexity="O(R B K) ridge rows + O(B K H) embedding similarities", build=ParaRealProposer, needs=(V12_FILE,),
+    complexity="O(R B K) ridge rows + O(B K H) embedding similarities", proposer=ParaRealProposer,
+    options=V12Options, fitters=(V12_FITTER,),
     stages=("draft block; top-K per slot (coarse G)", "features: scores, rank, position, embedding similarity",
-            "R damped ridge residual updates", "argmax of corrected scores; verify")))
-
-register(MethodInfo(
-    index=14, id="simple_parareal_v14", label="V14 Simple PARAREAL",
-    mechanism="three-coefficient gap estimator, one switch", complexity="O(B) scalar correction after top-2",
-    build=SimpleParaRealProposer, needs=(V14_FILE,),
-    stages=("draft block; top-2 on the drafter's device", "F_hat = a + b G + c i/(B-1)",
-            "gap1 = G + damping (F_hat - G)", "switch <= 1 slot to top-2; verify")))
+            "R damped ridge residual updates", "argmax of corrected scores; verify"))
