@@ -41,8 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import MethodInfo
-from .boltzmann import SALT_BMOBS, boltzmann_pick, row_margin
-from .common import MethodOptions, TopKOptions, context_fingerprint, first_argmax, opt, topk
+from .boltzmann import SALT_BMOBS, BoltzmannOptions, boltzmann_pick, row_margin
+from .common import TopKOptions, context_fingerprint, first_argmax, opt, topk
 from .selector import PAIR_FITTER, ContextProposer, PairScorer
 
 # --- anchor rules and fills -------------------------------------------------------------------------
@@ -117,8 +117,9 @@ def bmobs_anchor(vals) -> int:
 
 
 @dataclass(frozen=True)
-class BMOBSOptions(MethodOptions):
-    top_k: int = opt(8, lo=1, integer=True)
+class BMOBSOptions(BoltzmannOptions):
+    """06's options with a warmer default: only the anchor is drawn, the fill is by pair scores."""
+
     temperature: float = opt(0.35, lo=0.0)
 
 

@@ -5,29 +5,20 @@ Parareal mapping. The coarse propagator G is the drafter's top-K logits of a slo
 is the target's logits of the same K ids (available in preparation only, from teacher trajectories).
 A cheap model of F - G, fitted offline, corrects G at inference; no target call beyond the verifier.
 
-* 12 `parareal_v12`: q <- center(G); R times: q <- center(q + damping * clip(beta . z(features(q, G))));
+q <- center(G); R times: q <- center(q + damping * clip(beta . z(features(q, G))));
   the slot takes the candidate with the largest q (first maximum, i.e. the top-k tie order). Eight
   features per (slot, candidate): current score, coarse score, rank j/(K-1), position i/(B-1), coarse
   top1-top2 margin, candidate . e_last / sqrt(H), candidate . e_mean / sqrt(H), current x position,
   with the target's input embeddings (e_last: the last committed token, e_mean: the mean over the
   prefix). Standardised features, intercept + 8 coefficients by closed-form ridge.
   Guidance work: B_n * K * R correction rows (B_n = slots that can be verified, see below).
-* 14 `simple_parareal_v14`: G_i = draft top1 - top2 logit (top-2 on the drafter's device, as V13),
-  F_hat = a + b*G + c*i/(B-1), gap1 = G + damping*(F_hat - G); slots with gap1 < switch_threshold are
-  candidates and at most `max_corrections` (default 1) of them, smallest gap1 first, switch to top-2.
-  Guidance work: 6 estimator ops per drafted slot (6 * B per block).
-Numeric meta (summed over blocks by the loop): V12 `v12_correction_rows`, `v12_changed_slots` (slots whose
-choice differs from the drafter's argmax), `v12_update_rms_sum` (sum over rounds of RMS(damping * residual));
-V14 `v14_estimator_ops`, `v14_switched_positions`, `v14_abs_residual_sum` (per-block mean |F_hat - G|; divide
-by draft calls for the mean), `v14_top2_values_transferred`.
+Numeric meta (summed over blocks by the loop): `v12_correction_rows`, `v12_changed_slots` (slots whose
+choice differs from the drafter's argmax), `v12_update_rms_sum` (sum over rounds of RMS(damping * residual)).
 
 Departures from the seed (reference/seed-methods-09-14-report.md section 9):
 * train/holdout split BY TRAJECTORY (a seeded permutation of trajectory indices), never by example order
-  (flaw 7); both files record which trajectories were used for what;
+  (flaw 7); the file records which trajectories were used for what;
 * V12's top_k comes from the artifact; asking for another K is refused (flaw 5);
-* V14's loader checks the algorithm string; its metrics add the one-switch-per-block budget (flaw 6).
-  With the default damping 1.0 the update is the estimator itself (gap1 = F_hat), as in the seed; and
-  since G >= 0, its coarse sign accuracy is 1 - teacher_prefers_top2_rate by construction;
 * top-k ties follow `methods.common.topk`'s rule (value, then lower id) in fitting and at inference.
 V12's slots are independent, so it corrects only the slots that can be verified this round; this gives
 the same ids as correcting the full block and trimming afterwards, with less work.
