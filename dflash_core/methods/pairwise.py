@@ -64,7 +64,6 @@ class DFlash2Proposer(ContextProposer):
 
 INFO = MethodInfo(
     index=2, id="dflash2", label="DFlash2 (pair DP)", mechanism="top-K Viterbi with a learned low-rank pair selector",
-    complexity="O(B·K²) pair scores per block", proposer=DFlash2Proposer, options=TopKOptions,
-    fitters=(PAIR_FITTER,),
+    complexity="O(B·K²) pair scores per block", proposer=DFlash2Proposer, options=TopKOptions, fitters=(PAIR_FITTER,),
     stages=("draft block, keep top-K per position", "gate the pair tables with the context vector",
             "Viterbi over B positions with pair(prev→cand) links", "backtrack the best path, verify"))
