@@ -16,6 +16,10 @@ import json
 import sys
 from pathlib import Path
 
+# Fingerprint the checkout this script lives in, not whatever `dflash_core` the environment has installed
+# (a script's sys.path[0] is scripts/, so without this an editable install elsewhere would win).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 TOKENS = 24
 ID_PROMPTS = ([5], [7, 8, 9, 10], list(range(3, 40)), [11, 3, 11, 3, 11, 60, 61])
 # non-default options that exercise more of a method's code (calibrated settings look like these)

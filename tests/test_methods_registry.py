@@ -167,3 +167,14 @@ def test_missing_artifact_names_the_prepare_to_run(tiny_prepared, tmp_path, meth
         load_prepared(rt, home=home, required=get_method(method).needs)
 
 
+
+
+def test_every_fitter_holds_out_whole_trajectories_by_one_policy(tiny_prepared):
+    """One hold-out policy for every fit (the heads of 02-05 used to hold out every 5th trajectory, the
+    corrections a seeded permutation): a seeded split by trajectory, recorded in the manifest."""
+    fits = tiny_prepared.prepared.manifest["fits"]
+    assert set(fits) == {f.name for f in fitters()}
+    for name, meta in fits.items():
+        assert meta["split"] == "by trajectory (seeded permutation)", name
+        train, hold = set(meta["train_trajectories"]), set(meta["holdout_trajectories"])
+        assert train and hold and train.isdisjoint(hold), name

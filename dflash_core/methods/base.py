@@ -78,9 +78,7 @@ class MethodInfo:
 
     def _build(self, rt, prepared, **options: Any):
         opts = self.parse_options(options)
-        check_files = getattr(prepared, "require", None)
-        if check_files is not None:
-            check_files(self.needs, self.id)
+        prepared.require(self.needs, self.id)  # prepared.Prepared: names the `prepare --refresh` to run
         return self.proposer(rt, prepared, opts)
 
     def parse_options(self, options: dict) -> Any:

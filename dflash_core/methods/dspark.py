@@ -36,7 +36,14 @@ from ..errors import ArtifactError
 from .base import Fitter, MethodInfo
 from .block import BlockProposer
 from .common import MethodOptions, opt, topk
-from .fitting import batches, correction_examples, refuse_benchmark_trajectories, split_by_trajectory, train_steps
+from .fitting import (
+    batches,
+    correction_examples,
+    refuse_benchmark_trajectories,
+    split_by_trajectory,
+    split_meta,
+    train_steps,
+)
 
 DSPARK_FILE = "dspark.pt"
 RANK = 16
@@ -185,8 +192,7 @@ def fit_dspark(ctx) -> dict:
 
     tail = lambda xs: sum(xs[-20:]) / max(1, len(xs[-20:])) if xs else None  # noqa: E731
     provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
-                  "train_trajectories": train_ids, "holdout_trajectories": hold_ids,
-                  "split": "by trajectory (seeded permutation)", "train_examples": int(train.sum()),
+                  **split_meta(train_ids, hold_ids), "train_examples": int(train.sum()),
                   "holdout_examples": int(hold.sum()), "candidates_with_label_in_top_k": float(valid.float().mean())}
     training = {"markov_steps": steps, "confidence_steps": steps, "batch_size": BATCH, "lr": LR,
                 "weight_decay": WEIGHT_DECAY, "final_markov_loss": tail(markov_losses),

@@ -66,21 +66,14 @@ def correction_examples(ctx) -> DraftExamples:
 
 # --- hold-out -----------------------------------------------------------------------------------------
 
-def holdout_mask(ex) -> torch.Tensor:
-    """Examples of every 5th trajectory are held out of the optimisation (when there are >= 5 trajectories).
-
-    Whole trajectories, not single anchors: neighbouring anchors of one trajectory share most of their
-    context, so holding out single anchors would leak. With fewer trajectories nothing is held out and
-    the metrics are reported on the training examples (meta `eval` says which).
-    """
-    traj = torch.tensor([ti for ti, _ in ex.anchors], dtype=torch.long)
-    if len(set(traj.tolist())) < 5:
-        return torch.zeros(len(traj), dtype=torch.bool)
-    return traj % 5 == 4
-
-
 def split_by_trajectory(anchors, seed: int, fraction: float = HOLDOUT_FRACTION):
-    """Seeded split of trajectory indices (not example order): (train_mask, holdout_mask, train_ids, hold_ids)."""
+    """The one hold-out policy of every fitter: a seeded permutation of the trajectory indices, ~20% (at
+    least one, never all) held out. Returns (train_mask, holdout_mask, train_ids, hold_ids).
+
+    Whole trajectories, not single anchors or example order: neighbouring anchors of one trajectory share
+    most of their context, so holding out single anchors would leak. With one trajectory nothing is held
+    out and the metrics are reported on the training examples (meta `eval` says which).
+    """
     traj = sorted({t for t, _ in anchors})
     order = list(traj)
     random.Random(seed).shuffle(order)
@@ -139,6 +132,12 @@ def restricted_accuracy(scores: torch.Tensor, idx: torch.Tensor, present: torch.
 def eval_rows(held: torch.Tensor, train_idx: torch.Tensor) -> torch.Tensor:
     """Rows the metrics are computed on: the held-out ones, or the training ones when none is held out."""
     return torch.nonzero(held).flatten() if bool(held.any()) else train_idx
+
+
+def split_meta(train_ids: list[int], hold_ids: list[int]) -> dict:
+    """What the manifest records about a fitter's hold-out."""
+    return {"train_trajectories": train_ids, "holdout_trajectories": hold_ids,
+            "split": "by trajectory (seeded permutation)"}
 
 
 def head_meta(losses: list[float], held: torch.Tensor, module: torch.nn.Module) -> dict:

@@ -32,10 +32,11 @@ from .fitting import (
     head_batches,
     head_examples,
     head_meta,
-    holdout_mask,
     label_index,
     module_bytes,
     restricted_accuracy,
+    split_by_trajectory,
+    split_meta,
     train_steps,
 )
 from .mobs import mobs_select
@@ -197,10 +198,10 @@ def _anchor_fit(ctx, seed_offset: int, build):
     pos = torch.tensor(jump_positions(B), dtype=torch.long)
     torch.manual_seed(ctx.cfg.seed + seed_offset)
     head = build(ctx.rt.vocab_size, ctx.drafter.cfg.hidden_size, B)
-    held = holdout_mask(ex)
+    train, held, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + seed_offset)
     meta = {"positions": pos.tolist(), "examples": int(ex.prev.shape[0]), "held_out": int(held.sum()),
-            "steps": ctx.cfg.aux_steps}
-    return ex, pos, head, held, torch.nonzero(~held).flatten(), meta
+            "steps": ctx.cfg.aux_steps, **split_meta(train_ids, hold_ids)}
+    return ex, pos, head, held, torch.nonzero(train).flatten(), meta
 
 
 def fit_jump_head(ctx) -> dict:

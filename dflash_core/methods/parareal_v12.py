@@ -37,7 +37,7 @@ from ..errors import ArtifactError, BadInputError
 from .base import Fitter, MethodInfo
 from .block import BlockProposer
 from .common import MethodOptions, check_number, opt, topk
-from .fitting import correction_examples, refuse_benchmark_trajectories, ridge, split_by_trajectory
+from .fitting import correction_examples, refuse_benchmark_trajectories, ridge, split_by_trajectory, split_meta
 
 V12_FILE = "v12_parareal.json"
 V12_ALGORITHM = "DFlash12-PARAREAL"
@@ -199,8 +199,7 @@ def fit_v12(ctx) -> dict:
     conv_train = _convergence(model, *tr, ex.labels[tidx], ex.topk_ids[tidx], B)
     conv_hold = _convergence(model, *ho, ex.labels[hidx], ex.topk_ids[hidx], B)
     provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
-                  "train_trajectories": train_ids, "holdout_trajectories": hold_ids,
-                  "split": "by trajectory (seeded permutation)", "train_examples": len(tidx),
+                  **split_meta(train_ids, hold_ids), "train_examples": len(tidx),
                   "holdout_examples": len(hidx), "training_rows": int(X.shape[0]),
                   "anchor_stride": ex.stride}
     doc = {"format_version": 1, "algorithm": V12_ALGORITHM, "feature_names": list(V12_FEATURES),

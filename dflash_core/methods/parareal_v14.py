@@ -26,7 +26,7 @@ from ..errors import ArtifactError
 from .base import Fitter, MethodInfo
 from .block import Top2Proposer
 from .common import MethodOptions, check_number, opt
-from .fitting import correction_examples, refuse_benchmark_trajectories, ridge, split_by_trajectory
+from .fitting import correction_examples, refuse_benchmark_trajectories, ridge, split_by_trajectory, split_meta
 
 V14_FILE = "v14_simple_parareal.json"
 V14_ALGORITHM = "DFlash14-Simple-PARAREAL"
@@ -90,8 +90,7 @@ def fit_v14(ctx) -> dict:
     hm = v14_metrics(G_all[hold], F_all[hold], coef, cfg, B)
     names = ("intercept", "coarse_gap_weight", "position_weight")
     provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
-                  "train_trajectories": train_ids, "holdout_trajectories": hold_ids,
-                  "split": "by trajectory (seeded permutation)", "train_examples": int(train.sum()),
+                  **split_meta(train_ids, hold_ids), "train_examples": int(train.sum()),
                   "holdout_examples": int(hold.sum()), "training_rows": int(train.sum()) * B,
                   "anchor_stride": ex.stride}
     doc = {"format_version": 1, "algorithm": V14_ALGORITHM, "coefficients": dict(zip(names, coef.tolist())),

@@ -27,10 +27,11 @@ from .fitting import (
     head_examples,
     head_meta,
     head_stride,
-    holdout_mask,
     label_index,
     module_bytes,
     restricted_accuracy,
+    split_by_trajectory,
+    split_meta,
     train_steps,
 )
 
@@ -156,8 +157,8 @@ def fit_pair_selector(ctx) -> dict:
     sel = PairSelector(ctx.rt.vocab_size, ctx.drafter.cfg.hidden_size)
     prev_true = torch.cat([ex.prev[:, None], ex.labels[:, :-1]], dim=1)  # [N, B] true previous tokens
     idx, present = label_index(ex.topk_ids, ex.labels)
-    held = holdout_mask(ex)
-    train_idx = torch.nonzero(~held).flatten()
+    train, held, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + 2)
+    train_idx = torch.nonzero(train).flatten()
 
     def scores(rows):
         g = sel.gates(ex.context[rows])
@@ -177,7 +178,7 @@ def fit_pair_selector(ctx) -> dict:
     meta = {"examples": int(prev_true.shape[0]), "held_out": int(held.sum()), "steps": ctx.cfg.aux_steps,
             "stride": head_stride(ctx), "top_k": ex.topk_ids.shape[-1],
             "label_in_top_k": float(present.float().mean()), "drafter_top1_acc": base, "with_pair_top1_acc": tuned,
-            **head_meta(losses, held, sel),
+            **head_meta(losses, held, sel), **split_meta(train_ids, hold_ids),
             "note": "teacher-forced: pair(true previous token -> drafter top-K), restricted CE"}
     return {"files": {PAIR_FILE: module_bytes(sel, sel.config())}, "meta": meta}
 
