@@ -73,3 +73,28 @@ def method_options(draw, method: str) -> dict:
         if value is not None:
             out[name] = value
     return out
+
+
+@st.composite
+def top2_lists(draw, max_block: int = 8):
+    B = draw(st.integers(1, max_block))
+    vals, ids = [], []
+    for _ in range(B):
+        v1 = draw(st.floats(-5, 5))
+        v2 = v1 - draw(st.sampled_from([0.0, 0.01, 0.1, 0.3, 1.0, 5.0]))
+        t1, t2 = draw(st.lists(st.integers(0, 95), min_size=2, max_size=2, unique=True))
+        vals.append([v1, v2])
+        ids.append([t1, t2])
+    return ids, vals
+
+
+@st.composite
+def tied_logits(draw):
+    """[B, V] float logits drawn from a few levels, so ties at the top are common."""
+    import torch
+
+    B, V = draw(st.integers(1, 8)), draw(st.integers(2, 40))
+    levels = draw(st.lists(st.floats(-8, 8, width=32), min_size=1, max_size=4))
+    rows = [[draw(st.sampled_from(levels)) for _ in range(V)] for _ in range(B)]
+    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
+    return torch.tensor(rows, dtype=dtype)

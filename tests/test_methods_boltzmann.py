@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,7 +16,7 @@ from dflash_core.methods.common import context_fingerprint, gumbel, top2, unifor
 from dflash_core.methods.routing import route_v10, route_v13, v13_options
 
 from .helpers import Recorder, crafted_logits
-from .strategies import prompts
+from .strategies import prompts, tied_logits, top2_lists
 
 
 def test_hash_is_deterministic_and_uniform():
@@ -72,19 +71,6 @@ def test_boltzmann_select_at_zero_temperature_is_dflash(tiny_prepared):
     assert guidance2 == 4 * 8 and ids2 == warm.select(logits, None, [4, 5, 6], 4)[0]  # deterministic
 
 
-@st.composite
-def top2_lists(draw, max_block: int = 8):
-    B = draw(st.integers(1, max_block))
-    vals, ids = [], []
-    for _ in range(B):
-        v1 = draw(st.floats(-5, 5))
-        v2 = v1 - draw(st.sampled_from([0.0, 0.01, 0.1, 0.3, 1.0, 5.0]))
-        t1, t2 = draw(st.lists(st.integers(0, 95), min_size=2, max_size=2, unique=True))
-        vals.append([v1, v2])
-        ids.append([t1, t2])
-    return ids, vals
-
-
 @given(case=top2_lists(), fp=st.integers(0, 2**64 - 1), T=st.sampled_from([0.03, 0.1, 1.0, 100.0]),
        cutoff=st.sampled_from([0.0, 0.05, 0.35, 2.0]), budget=st.integers(0, 4))
 def test_v10_routes_only_below_cutoff_and_within_budget(case, fp, T, cutoff, budget):
@@ -95,16 +81,6 @@ def test_v10_routes_only_below_cutoff_and_within_budget(case, fp, T, cutoff, bud
     for i in changed:
         assert vals[i][0] - vals[i][1] < cutoff and chosen[i] == ids[i][1]
     assert info["uncertain"] == sum(v[0] - v[1] < cutoff for v in vals)
-
-
-@st.composite
-def tied_logits(draw):
-    """[B, V] float logits drawn from a few levels, so ties at the top are common."""
-    B, V = draw(st.integers(1, 8)), draw(st.integers(2, 40))
-    levels = draw(st.lists(st.floats(-8, 8, width=32), min_size=1, max_size=4))
-    rows = [[draw(st.sampled_from(levels)) for _ in range(V)] for _ in range(B)]
-    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
-    return torch.tensor(rows, dtype=dtype)
 
 
 @given(logits=tied_logits(), fp=st.integers(0, 2**64 - 1), T=st.sampled_from([0.03, 0.16, 2.0]),

@@ -19,6 +19,8 @@ from dflash_core.methods.parareal_v12 import V12_FEATURES, V12_FILE, V12Model, f
 from dflash_core.methods.parareal_v14 import V14_FILE, fit_v14, v14_choose, v14_design
 from dflash_core.prepare import PrepareConfig
 
+from .strategies import top2_lists
+
 FILES = {"dspark": DSPARK_FILE, "parareal_v12": V12_FILE, "simple_parareal_v14": V14_FILE}
 
 
@@ -67,19 +69,6 @@ def test_survival_gate_keeps_at_least_one_token(floor, bias, n, terms):
 def test_survival_gate_with_zero_confidence_keeps_one():
     chosen, info = _heads(bias=-50.0).walk([[1, 2], [3, 4], [3, 4]], [[1.0, 0.0]] * 3, [0.0] * 3, 0, floor=0.5)
     assert chosen == [1] and info["scored"] == 1
-
-
-@st.composite
-def top2_lists(draw, max_block: int = 8):
-    B = draw(st.integers(1, max_block))
-    vals, ids = [], []
-    for _ in range(B):
-        v1 = draw(st.floats(-5, 5))
-        v2 = v1 - draw(st.sampled_from([0.0, 0.01, 0.1, 0.3, 1.0, 5.0]))
-        t1, t2 = draw(st.lists(st.integers(0, 95), min_size=2, max_size=2, unique=True))
-        vals.append([v1, v2])
-        ids.append([t1, t2])
-    return ids, vals
 
 
 @given(case=top2_lists(), coef=st.tuples(st.floats(-3, 3), st.floats(-2, 2), st.floats(-3, 3)),

@@ -20,7 +20,7 @@ from dflash_core.methods.common import topk, topk_tensors
 from dflash_core.methods.jump import FUSED_FILE, JUMP_FILE
 from dflash_core.methods.selector import PAIR_FILE
 
-from .strategies import METHOD_OPTIONS
+from .strategies import METHOD_OPTIONS, tied_logits
 
 NEW_FILES = {PAIR_FILE: "pair_selector", JUMP_FILE: "jump_head", FUSED_FILE: "fused_residual"}
 
@@ -94,20 +94,10 @@ def test_options_are_frozen_and_keep_their_defaults():
 
 # --- the one tie rule ---------------------------------------------------------------------------------
 
-@st.composite
-def tied_logits(draw):
-    """[B, V] float logits drawn from a few levels, so ties at the top are common."""
-    B, V = draw(st.integers(1, 8)), draw(st.integers(2, 40))
-    levels = draw(st.lists(st.floats(-8, 8, width=32), min_size=1, max_size=4))
-    rows = [[draw(st.sampled_from(levels)) for _ in range(V)] for _ in range(B)]
-    dtype = draw(st.sampled_from([torch.float32, torch.float64]))
-    return torch.tensor(rows, dtype=dtype), draw(st.integers(1, V))
-
-
-@given(case=tied_logits())
-def test_topk_follows_the_tie_rule_with_any_number_of_ties(case):
+@given(logits=tied_logits(), data=st.data())
+def test_topk_follows_the_tie_rule_with_any_number_of_ties(logits, data):
     """Higher value first, then the lower id, for any k and however many values tie at the boundary."""
-    logits, k = case
+    k = data.draw(st.integers(1, logits.shape[-1]), label="k")
     ids, vals = topk_tensors(logits, k)
     x = logits.float().tolist()
     want = [sorted(range(len(r)), key=lambda i: (-r[i], i))[:k] for r in x]

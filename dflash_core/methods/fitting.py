@@ -134,6 +134,21 @@ def eval_rows(held: torch.Tensor, train_idx: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(held).flatten() if bool(held.any()) else train_idx
 
 
+def start_head_fit(ctx, seed_offset: int, build):
+    """What every head fit (02 pair selector, 04 jump head, 05 fused residual) starts from: the head
+    examples, the head built under the fitter's own seed, and the hold-out (same seed).
+
+    Returns (examples, head, held-out mask, training rows, meta with the example counts and the split).
+    """
+    ex = head_examples(ctx)
+    torch.manual_seed(ctx.cfg.seed + seed_offset)
+    head = build()
+    train, held, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + seed_offset)
+    meta = {"examples": int(ex.prev.shape[0]), "held_out": int(held.sum()), "steps": ctx.cfg.aux_steps,
+            **split_meta(train_ids, hold_ids)}
+    return ex, head, held, torch.nonzero(train).flatten(), meta
+
+
 def split_meta(train_ids: list[int], hold_ids: list[int]) -> dict:
     """What the manifest records about a fitter's hold-out."""
     return {"train_trajectories": train_ids, "holdout_trajectories": hold_ids,

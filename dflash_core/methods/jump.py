@@ -30,13 +30,11 @@ from .common import MethodOptions, context_fingerprint, first_argmax, gap_fill, 
 from .fitting import (
     eval_rows,
     head_batches,
-    head_examples,
     head_meta,
     label_index,
     module_bytes,
     restricted_accuracy,
-    split_by_trajectory,
-    split_meta,
+    start_head_fit,
     train_steps,
 )
 from .mobs import mobs_select
@@ -191,17 +189,13 @@ def _force_label(cand: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return cand
 
 
-def _anchor_fit(ctx, seed_offset: int, build):
-    """What both anchor heads start from: examples, anchor positions, a seeded head, the hold-out."""
-    ex = head_examples(ctx)
+def _anchor_fit(ctx, seed_offset: int, cls):
+    """What both anchor heads start from: `start_head_fit` plus the anchor positions."""
     B = ctx.drafter.cfg.block_size
     pos = torch.tensor(jump_positions(B), dtype=torch.long)
-    torch.manual_seed(ctx.cfg.seed + seed_offset)
-    head = build(ctx.rt.vocab_size, ctx.drafter.cfg.hidden_size, B)
-    train, held, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + seed_offset)
-    meta = {"positions": pos.tolist(), "examples": int(ex.prev.shape[0]), "held_out": int(held.sum()),
-            "steps": ctx.cfg.aux_steps, **split_meta(train_ids, hold_ids)}
-    return ex, pos, head, held, torch.nonzero(train).flatten(), meta
+    ex, head, held, train_idx, meta = start_head_fit(
+        ctx, seed_offset, lambda: cls(ctx.rt.vocab_size, ctx.drafter.cfg.hidden_size, B))
+    return ex, pos, head, held, train_idx, {"positions": pos.tolist(), **meta}
 
 
 def fit_jump_head(ctx) -> dict:

@@ -24,14 +24,12 @@ from .block import BlockProposer
 from .fitting import (
     eval_rows,
     head_batches,
-    head_examples,
     head_meta,
     head_stride,
     label_index,
     module_bytes,
     restricted_accuracy,
-    split_by_trajectory,
-    split_meta,
+    start_head_fit,
     train_steps,
 )
 
@@ -152,13 +150,10 @@ class ContextProposer(BlockProposer):
 
 
 def fit_pair_selector(ctx) -> dict:
-    ex = head_examples(ctx)
-    torch.manual_seed(ctx.cfg.seed + 2)
-    sel = PairSelector(ctx.rt.vocab_size, ctx.drafter.cfg.hidden_size)
+    ex, sel, held, train_idx, meta = start_head_fit(
+        ctx, 2, lambda: PairSelector(ctx.rt.vocab_size, ctx.drafter.cfg.hidden_size))
     prev_true = torch.cat([ex.prev[:, None], ex.labels[:, :-1]], dim=1)  # [N, B] true previous tokens
     idx, present = label_index(ex.topk_ids, ex.labels)
-    train, held, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + 2)
-    train_idx = torch.nonzero(train).flatten()
 
     def scores(rows):
         g = sel.gates(ex.context[rows])
@@ -175,11 +170,9 @@ def fit_pair_selector(ctx) -> dict:
         i8, p8 = label_index(ex.topk_ids[ev][..., :8], ex.labels[ev])
         base = restricted_accuracy(ex.topk_vals[ev][..., :8], i8, p8)
         tuned = restricted_accuracy(scores(ev)[..., :8], i8, p8)
-    meta = {"examples": int(prev_true.shape[0]), "held_out": int(held.sum()), "steps": ctx.cfg.aux_steps,
-            "stride": head_stride(ctx), "top_k": ex.topk_ids.shape[-1],
-            "label_in_top_k": float(present.float().mean()), "drafter_top1_acc": base, "with_pair_top1_acc": tuned,
-            **head_meta(losses, held, sel), **split_meta(train_ids, hold_ids),
-            "note": "teacher-forced: pair(true previous token -> drafter top-K), restricted CE"}
+    meta.update(stride=head_stride(ctx), top_k=ex.topk_ids.shape[-1], label_in_top_k=float(present.float().mean()),
+                drafter_top1_acc=base, with_pair_top1_acc=tuned, **head_meta(losses, held, sel),
+                note="teacher-forced: pair(true previous token -> drafter top-K), restricted CE")
     return {"files": {PAIR_FILE: module_bytes(sel, sel.config())}, "meta": meta}
 
 
