@@ -15,7 +15,6 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from .artifacts import (
     artifact_dir,
     file_entry,
     home_lock,
-    load_torch_file,
     read_manifest,
     target_identity,
     torch_bytes,
@@ -37,9 +35,9 @@ from .artifacts import (
     write_target_manifest,
 )
 from .errors import ArtifactError, BadInputError
+from .prepared import DRAFTER_FILE, Prepared, load_prepared  # noqa: F401  (re-exported: callers import them here)
 from .train import TrainConfig
 
-DRAFTER_FILE = "drafter.pt"
 TRAJ_FILE = "trajectories.json"
 
 
@@ -62,28 +60,6 @@ class PrepareConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-# Fitters registered by method modules: name -> fn(context) -> {filename: bytes} plus manifest metadata.
-FITTERS: dict[str, Callable[["FitContext"], dict]] = {}
-
-
-@dataclass
-class FitContext:
-    rt: Any
-    drafter: Any
-    trajectories: list[list[int]]
-    prompt_lens: list[int]
-    cfg: PrepareConfig
-    family: str
-    progress: bool
-
-
-def register_fitter(name: str):
-    def deco(fn):
-        FITTERS[name] = fn
-        return fn
-    return deco
 
 
 log = logging.getLogger(__name__)
@@ -188,8 +164,8 @@ def config_mismatch(doc: dict, cfg: PrepareConfig) -> str | None:
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt) -> Path:
     import torch
 
-    from . import methods  # noqa: F401  (importing registers every method's fitter, refresh or not)
-    from .drafter import DrafterConfig, default_taps
+    from .drafter import DrafterConfig, default_taps, parameter_count
+    from .methods import FitContext, fit_files, fitters
     from .target import load_target
     from .train import train_drafter, trajectories
 
@@ -205,7 +181,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         if moved is not None:
             _log(f"moved the artifacts of a home prepared before content keys to {moved} (files unchanged)")
         try:
-            doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *expected_fit_files()))
+            doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *fit_files()))
             why = config_mismatch(doc, cfg)
             if why:
                 raise ArtifactError(f"{out / 'manifest.json'} was {why}")
@@ -236,17 +212,17 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     files[TRAJ_FILE] = file_entry(out / TRAJ_FILE)
     fits: dict[str, Any] = {}
     ctx = FitContext(rt, drafter, trajs, [len(s) for s in seeds], cfg, family, progress)
-    for name, fn in FITTERS.items():
-        _log(f"fitting {name}")
-        res = fn(ctx)
+    for fitter in fitters():
+        _log(f"fitting {fitter.name}")
+        res = fitter(ctx)
         for fname, data in res.get("files", {}).items():
             write_atomic(out / fname, data)
             files[fname] = file_entry(out / fname)
-        fits[name] = res.get("meta", {})
+        fits[fitter.name] = res.get("meta", {})
     extra = {
         "prepare_config": cfg.to_dict(),
         "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": family, "train_seed_count": len(seeds)},
-        "drafter": {"config": dcfg.to_dict(), "parameters": int(sum(p.numel() for p in drafter.parameters())),
+        "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),
                     **metrics},
         "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj},
         "fits": fits,
@@ -255,55 +231,3 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     write_manifest(out, ident, files, extra)
     _log(f"done in {time.perf_counter() - t_start:.1f}s -> {out}")
     return out
-
-
-def expected_fit_files() -> tuple[str, ...]:
-    from . import methods  # noqa: F401  (importing registers the fitters)
-
-    names: list[str] = []
-    for fn in FITTERS.values():
-        names.extend(getattr(fn, "files", ()))
-    return tuple(names)
-
-
-@dataclass
-class Prepared:
-    """Verified artifacts loaded for one runtime (drafter on the runtime's device and dtype)."""
-
-    directory: Path
-    manifest: dict
-    drafter: Any
-    files: dict = field(default_factory=dict)
-
-    def load_json(self, name: str) -> Any:
-        return json.loads((self.directory / name).read_text("utf-8"))
-
-    def load_torch(self, name: str) -> Any:
-
-        return load_torch_file(self.directory / name)
-
-
-def load_prepared(rt, *, home=None, required: tuple[str, ...] = ()) -> Prepared:
-    """Verify the manifest against the runtime's target and load the drafter onto its device/dtype."""
-    import torch
-
-    from .drafter import DFlashDrafter, DrafterConfig
-
-    ident = target_identity(rt)
-    d = artifact_dir(ident, home)
-    doc = read_manifest(d, ident, required=(DRAFTER_FILE, *required))
-    blob = load_torch_file(d / DRAFTER_FILE)
-    dcfg = DrafterConfig.from_dict(blob["config"])
-    drafter = DFlashDrafter(dcfg)
-    drafter.load_state_dict(blob["state_dict"])
-    dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
-    drafter = drafter.to(device=rt.device, dtype=dt).eval()
-    if getattr(rt, "kernels", "eager") != "eager" and dt == torch.float32:
-        from .kernels import apply_kernels
-
-        apply_kernels(drafter, rt.kernels)  # the drafter runs on the same execution path as the target
-    return Prepared(directory=d, manifest=doc, drafter=drafter)
-
-
-def with_steps(cfg: PrepareConfig, steps: int) -> PrepareConfig:
-    return replace(cfg, train=replace(cfg.train, steps=steps))

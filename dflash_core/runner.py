@@ -9,19 +9,13 @@ from .decode import DecodeStats, greedy, speculative
 from .methods import get_method
 
 
-def make_proposer(method_id: str, rt, prepared, **options: Any):
-    info = get_method(method_id)
-    if info.build is None:
-        return None
-    return info.build(rt, prepared, **options)
-
-
 def run_method(method_id: str, rt, prepared, prompt_ids: Sequence[int], max_new_tokens: int, width: int | None = None,
                *, stop_at_eos: bool = False, trace: list | None = None, **options: Any
                ) -> tuple[list[int], DecodeStats]:
     """Decode with a method; `width` defaults to the drafter's block size. normal ignores width."""
     info = get_method(method_id)
     if info.build is None:
+        info.parse_options(options)  # normal takes none: an option given to it is refused, not ignored
         return greedy(rt, prompt_ids, max_new_tokens, stop_at_eos=stop_at_eos)
     prop = info.build(rt, prepared, **options)
     w = prop.max_width if width is None else width

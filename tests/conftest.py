@@ -30,7 +30,8 @@ class PreparedTarget:
 @pytest.fixture(scope="session")
 def tiny_prepared(tmp_path_factory) -> PreparedTarget:
     """A tiny hybrid LFM2 saved to disk, prepared with every fitter, loaded back in float64 (strict)."""
-    from dflash_core.prepare import load_prepared, prepare
+    from dflash_core.prepare import prepare
+    from dflash_core.prepared import load_prepared
     from dflash_core.target import load_target
     from dflash_core.testing import TinySpec, build_tiny
 
@@ -47,7 +48,8 @@ def tiny_prepared(tmp_path_factory) -> PreparedTarget:
 @pytest.fixture(scope="session")
 def mini_prepared() -> PreparedTarget:
     """The embedded mini target with its real artifacts (built once into DFLASH_HOME, then reused)."""
-    from dflash_core.prepare import load_prepared, prepare
+    from dflash_core.prepare import prepare
+    from dflash_core.prepared import load_prepared
     from dflash_core.target import load_target
 
     path = prepare("mini", progress=False)

@@ -1,4 +1,4 @@
-"""Speculative decoding is token-exact against greedy, for every proposer regime (Hypothesis).
+"""Speculative decoding is token-exact against greedy, for every proposer regime and every method (Hypothesis).
 
 Strict in float64; under the tie certificate of DESIGN contract 1 in float32. The negative control (a
 rollback that crops attention K/V only) must be caught by the same property.
@@ -6,18 +6,21 @@ rollback that crops attention K/V only) must be caught by the same property.
 
 from __future__ import annotations
 
-from functools import cache, lru_cache
+from functools import cache
 
 import pytest
 from hypothesis import Phase, given, settings
+from hypothesis import strategies as st
 
-from dflash_core.decode import DecodeStats, greedy, speculative
+from dflash_core.decode import greedy, speculative
 from dflash_core.exactness import classify
+from dflash_core.methods import get_method, speculative_ids
 from dflash_core.proposers import OracleProposer, RandomProposer
 from dflash_core.target import TargetRuntime
 from dflash_core.testing import PATTERNS, TinySpec, build_tiny
 
-from .strategies import MAX_BUDGET, decode_cases
+from .helpers import check_invariants, reference
+from .strategies import decode_cases, method_options, prompts
 
 VOCAB = TinySpec().vocab_size
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -30,25 +33,9 @@ def _runtime(pattern: str, dtype: str, device: str, rollback: str = "exact") -> 
     return TargetRuntime.from_model(model, name=f"tiny-{pattern}-{dtype}", rollback=rollback)
 
 
-@lru_cache(maxsize=4096)
-def _reference(rt: TargetRuntime, prompt: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
+def _reference(rt: TargetRuntime, prompt: tuple[int, ...]):
     """Greedy ids and top-2 gaps for the largest budget; smaller budgets are prefixes (no EOS stop)."""
-    ids, stats = greedy(rt, list(prompt), MAX_BUDGET, record_margins=True)
-    return tuple(ids), tuple(stats.margins)
-
-
-def check_invariants(stats: DecodeStats, width: int, budget: int) -> None:
-    assert stats.new_tokens == budget
-    assert stats.accepted <= stats.proposed
-    assert sum(stats.accept_counts) == stats.target_calls
-    assert len(stats.accept_counts) == width + 1
-    assert stats.proposed <= stats.draft_calls * width
-    if stats.target_calls:
-        assert stats.tokens_per_target_call <= width + 1
-    # every target call commits accepted + 1 tokens, so the histogram accounts for every token
-    committed = sum((a + 1) * c for a, c in enumerate(stats.accept_counts))
-    assert committed == budget
-    assert all(a <= p for a, p in zip(stats.position_accepted, stats.position_proposed))
+    return reference(rt, tuple(prompt))
 
 
 def assert_oracle_exact(rt: TargetRuntime, case) -> None:
@@ -173,3 +160,24 @@ def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
         for corrupt in (frozenset(), frozenset({2, 5, 9, 14, 20})):
             got, _ = speculative(fast, OracleProposer(tuple(prompt), tuple(ref_f), VOCAB, corrupt), prompt, 40, w)
             assert classify(got, ref_f, st_f.margins, torch.float32).kind == "exact"
+
+
+@pytest.mark.parametrize("method", speculative_ids())
+@settings(deadline=None)
+@given(data=st.data())
+def test_every_method_is_exact_on_tiny_float64(tiny_prepared, method, data):
+    """The one method property: every speculative id, drawn options, prompt, budget and width, float64 strict."""
+    rt, prep = tiny_prepared.rt, tiny_prepared.prepared
+    B = prep.drafter.cfg.block_size
+    prompt = data.draw(prompts(rt.vocab_size, max_len=32), label="prompt")
+    budget = data.draw(st.integers(0, 32), label="budget")
+    width = data.draw(st.integers(1, B), label="width")
+    opts = data.draw(method_options(method), label="options")
+    got, stats = speculative(rt, get_method(method).build(rt, prep, **opts), list(prompt), budget, width,
+                             method=method)
+    assert got == list(reference(rt, prompt)[0][:budget])
+    check_invariants(stats, width, budget)
+    assert stats.guidance_work >= 0 and all(isinstance(v, (int, float)) for v in stats.meta.values())
+    if method == "act" and stats.draft_calls:
+        assert stats.meta["act_verified"] == stats.proposed
+        assert stats.meta["act_verified"] + stats.meta["act_trimmed"] == stats.meta["act_margin_rows"]

@@ -14,10 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_core.decode import greedy
 from dflash_core.exactness import classify
 from dflash_core.methods import speculative_ids
 from dflash_core.runner import run_method
+
+from .helpers import reference
 
 pytestmark = [pytest.mark.exactness, pytest.mark.slow]
 MAX_BUDGET = 40
@@ -40,16 +41,6 @@ def mini_cases(draw, block_size: int):
     return text, cut, budget, width
 
 
-_REFS: dict = {}
-
-
-def _reference(rt, prompt: tuple[int, ...]):
-    if prompt not in _REFS:
-        ids, stats = greedy(rt, list(prompt), MAX_BUDGET, record_margins=True)
-        _REFS[prompt] = (ids, stats.margins)
-    return _REFS[prompt]
-
-
 @pytest.mark.parametrize("method", speculative_ids())
 def test_every_method_is_exact_on_mini(mini_prepared, method):
     rt, prep = mini_prepared.rt, mini_prepared.prepared
@@ -61,7 +52,7 @@ def test_every_method_is_exact_on_mini(mini_prepared, method):
         text, cut, budget, width = case
         ids = rt.encode(text)
         prompt = tuple(ids[: max(2, round(len(ids) * cut))])
-        ref, margins = _reference(rt, prompt)
+        ref, margins = reference(rt, prompt, MAX_BUDGET)
         got, stats = run_method(method, rt, prep, list(prompt), budget, width)
         verdict = classify(got, ref[:budget], margins, rt.dtype)
         assert verdict.ok, f"{method} w={width} budget={budget} prompt={text!r}[:{len(prompt)} ids]: {verdict}"

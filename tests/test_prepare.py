@@ -1,4 +1,8 @@
-"""prepare: deterministic artifacts, verified on load; bad artifacts refused with the file and the fix."""
+"""prepare: deterministic artifacts, verified on load; bad artifacts refused with the file and the fix.
+
+These reuse the session's prepared tiny target (conftest `tiny_prepared`); only the determinism check
+prepares a second time, on purpose.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import json
 import pytest
 
 from dflash_core.errors import ArtifactError
-from dflash_core.prepare import DRAFTER_FILE, load_prepared, prepare
+from dflash_core.prepare import DRAFTER_FILE, prepare
+from dflash_core.prepared import load_prepared
 from dflash_core.target import load_target
 from dflash_core.testing import TinySpec, build_tiny, tiny_prepare_config
 
@@ -15,18 +20,15 @@ TINY_PREP = tiny_prepare_config()
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny") / "ckpt"
-    build_tiny(TinySpec(dtype="float32", pattern="CCACAC")).save_pretrained(d)
-    return d
+def tiny_dir(tiny_prepared):
+    """The session's tiny checkpoint (float32 on disk)."""
+    return tiny_prepared.path
 
 
 @pytest.fixture(scope="module")
-def prepared_home(tiny_dir, tmp_path_factory):
-    home = tmp_path_factory.mktemp("home")
-    rt = load_target(str(tiny_dir), "cpu", "float32")
-    out = prepare(str(tiny_dir), home=home, cfg=TINY_PREP, rt=rt, progress=False)
-    return home, out
+def prepared_home(tiny_prepared):
+    """The session's prepared home and artifact directory (prepared once by conftest)."""
+    return tiny_prepared.home, tiny_prepared.prepared.directory
 
 
 def test_prepare_is_deterministic(tiny_dir, prepared_home, tmp_path):
@@ -115,8 +117,6 @@ def test_artifacts_are_found_from_any_run_dtype(tiny_prepared):
     """The identity is the checkpoint's (hashed at float32), so a bfloat16/float16 run (the GPU default) finds
     the artifacts that `prepare` built in float32, and the drafter comes back on the run's device."""
     from dflash_core.artifacts import target_identity
-    from dflash_core.prepare import load_prepared
-    from dflash_core.target import load_target
 
     fp32 = load_target(str(tiny_prepared.path), "cpu", "float32")
     bf16 = load_target(str(tiny_prepared.path), "cpu", "bfloat16")

@@ -1,41 +1,57 @@
 """The explicit method registry. Ids are stable: they are test ids, benchmark names and report keys.
 
-Each entry says how to build the method's proposer from verified artifacts; `normal` (00) has none and
-runs plain greedy. Importing this package imports every method module, which registers them (and
-their prepare fitters); nothing else happens at import.
+`METHOD_LIST` is the one list of the 15 methods, in index order. Each entry (`base.MethodInfo`) owns
+everything about its method: how to build its proposer, its options dataclass, the prepare fitters whose
+files it needs and its calibration grid. `prepare` runs `fitters()`; nothing registers itself on import.
+Adding a method: one module with an INFO and one line here (docs/adding-a-method.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
-
 from ..errors import UnknownMethodError
+from . import (
+    act,
+    boltzmann,
+    dflash,
+    dspark,
+    gated_mobs,
+    jump,
+    mobs,
+    normal,
+    pairwise,
+    parareal_v12,
+    parareal_v14,
+    routing,
+)
+from .base import FitContext, Fitter, MethodInfo
+
+METHOD_LIST: tuple[MethodInfo, ...] = (
+    normal.INFO,  # 00
+    dflash.INFO,  # 01
+    pairwise.INFO,  # 02 dflash2
+    mobs.INFO_MOBS,  # 03
+    jump.INFO_JUMP,  # 04 jump_mobs
+    jump.INFO_FUSED,  # 05 fused_jump
+    boltzmann.INFO,  # 06
+    mobs.INFO_BMOBS,  # 07
+    act.INFO,  # 08
+    dspark.INFO,  # 09 dspark_lite
+    routing.INFO_V10,  # 10 boltzmann_v10
+    gated_mobs.INFO,  # 11 gated_mobs_v11
+    parareal_v12.INFO,  # 12
+    routing.INFO_V13,  # 13 minop_v13
+    parareal_v14.INFO,  # 14 simple_parareal_v14
+)
+
+METHODS: dict[str, MethodInfo] = {m.id: m for m in METHOD_LIST}
+
+def _check_registry() -> None:
+    ids = [m.id for m in METHOD_LIST]
+    if len(set(ids)) != len(ids) or [m.index for m in METHOD_LIST] != list(range(len(METHOD_LIST))):
+        raise ValueError(f"the method registry needs unique ids and indexes 0..{len(METHOD_LIST) - 1} in order")
 
 
-@dataclass(frozen=True)
-class MethodInfo:
-    index: int
-    id: str
-    label: str
-    mechanism: str
-    complexity: str
-    build: Callable[..., Any] | None  # (runtime, prepared, **options) -> Proposer; None for normal
-    needs: tuple[str, ...] = ()  # artifact files beyond the drafter
-    stages: tuple[str, ...] = field(default=())
-
-
-METHODS: dict[str, MethodInfo] = {}
-
-
-def register(info: MethodInfo) -> MethodInfo:
-    if info.id in METHODS:
-        raise ValueError(f"method id {info.id!r} registered twice")
-    if any(m.index == info.index for m in METHODS.values()):
-        raise ValueError(f"method index {info.index} registered twice")
-    METHODS[info.id] = info
-    return info
+_check_registry()
 
 
 def get_method(method_id: str) -> MethodInfo:
@@ -47,11 +63,28 @@ def get_method(method_id: str) -> MethodInfo:
 
 def method_ids() -> list[str]:
     """All ids in index order (00 first)."""
-    return [m.id for m in sorted(METHODS.values(), key=lambda m: m.index)]
+    return [m.id for m in METHOD_LIST]
 
 
 def speculative_ids() -> list[str]:
-    return [i for i in method_ids() if METHODS[i].build is not None]
+    return [m.id for m in METHOD_LIST if m.proposer is not None]
 
 
-from . import act, boltzmann, dflash, dspark, gated_mobs, mobs, normal, pairwise, parareal, routing  # noqa: E402,F401
+def fitters() -> tuple[Fitter, ...]:
+    """Every fitter some method needs, once each, in registry order (each fitter seeds itself, so the order
+    does not change the files)."""
+    seen: dict[str, Fitter] = {}
+    for m in METHOD_LIST:
+        for f in m.fitters:
+            if seen.setdefault(f.name, f) is not f:
+                raise ValueError(f"two different fitters are named {f.name!r}")
+    return tuple(seen.values())
+
+
+def fit_files() -> tuple[str, ...]:
+    """Every artifact file the fitters write (what a complete prepare must list besides the drafter)."""
+    return tuple(name for f in fitters() for name in f.files)
+
+
+__all__ = ["FitContext", "Fitter", "MethodInfo", "METHODS", "METHOD_LIST", "fit_files", "fitters", "get_method",
+           "method_ids", "speculative_ids"]

@@ -12,9 +12,13 @@ cut), act_verified (drafts kept), act_blocks (1), act_margin_sum / act_margin_ro
 
 from __future__ import annotations
 
-from . import MethodInfo, register
-from .common import BlockProposer
-from .pairwise import check_number
+from dataclasses import dataclass
+
+from .base import MethodInfo
+from .block import BlockProposer
+from .common import MethodOptions, opt
+
+ACT_GRID = {"tau": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)}  # the calibration grid (calibrate.ACT_GRID)
 
 
 def act_keep(margins: list[float], tau: float) -> int:
@@ -35,23 +39,25 @@ def row_margins(logits) -> list[float]:
     return (top2[:, 0] - top2[:, 1]).tolist()
 
 
-class ACTProposer(BlockProposer):
-    def __init__(self, rt, prepared, *, tau: float = 0.0):
-        super().__init__(rt, prepared)
-        self.tau = check_number("tau", tau, lo=0.0)
+@dataclass(frozen=True)
+class ACTOptions(MethodOptions):
+    tau: float = opt(0.0, lo=0.0)
 
+
+class ACTProposer(BlockProposer):
     def select(self, logits, hidden, prefix, k):
         rows = logits[:k]
         full = rows.argmax(dim=-1).tolist()
         margins = row_margins(rows)
-        n = act_keep(margins, self.tau) if self.tau > 0 else len(full)
+        tau = self.options.tau
+        n = act_keep(margins, tau) if tau > 0 else len(full)
         n = max(1, min(n, len(full)))
         return full[:n], 0, {"act_trimmed": len(full) - n, "act_verified": n, "act_blocks": 1,
                              "act_margin_sum": float(sum(margins)), "act_margin_rows": len(margins)}
 
 
-register(MethodInfo(
+INFO = MethodInfo(
     index=8, id="act", label="ACT (adaptive trim)", mechanism="DFlash argmax trimmed at the first low-margin row",
-    complexity="parallel draft + shorter verify", build=ACTProposer,
+    complexity="parallel draft + shorter verify", proposer=ACTProposer, options=ACTOptions, grid=ACT_GRID,
     stages=("draft block, argmax per position", "top1-top2 margin of every row",
-            "cut at the first row with margin < tau (keep >= 1)", "verify only the kept drafts")))
+            "cut at the first row with margin < tau (keep >= 1)", "verify only the kept drafts"))

@@ -15,10 +15,11 @@ as T -> 0 the rule tends to argmax. Guidance work = B·K Boltzmann scores per bl
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from . import MethodInfo, register
-from .common import BlockProposer, context_fingerprint, gumbel, topk
-from .pairwise import check_number, first_argmax
+from .base import MethodInfo
+from .block import BlockProposer
+from .common import MethodOptions, context_fingerprint, first_argmax, gumbel, opt, topk
 
 SALT_BOLTZMANN = 0xD6B017
 SALT_BMOBS = 0xB00B5
@@ -50,27 +51,28 @@ def boltzmann_pick(ids_row: list[int], vals_row: list[float], temperature: float
     return first_argmax(scores), len(scores)
 
 
-class BoltzmannProposer(BlockProposer):
-    def __init__(self, rt, prepared, *, top_k: int = 8, temperature: float = 0.15):
-        super().__init__(rt, prepared)
-        self.top_k = check_number("top_k", top_k, lo=1, integer=True)
-        self.temperature = check_number("temperature", temperature, lo=0.0)
+@dataclass(frozen=True)
+class BoltzmannOptions(MethodOptions):
+    top_k: int = opt(8, lo=1, integer=True)
+    temperature: float = opt(0.15, lo=0.0)
 
+
+class BoltzmannProposer(BlockProposer):
     def select(self, logits, hidden, prefix, k):
-        ids, vals = topk(logits, self.top_k)
+        ids, vals = topk(logits, self.options.top_k)
         seed = context_fingerprint(prefix) ^ SALT_BOLTZMANN
         chosen, work, explored = [], 0, 0
         for i, (ir, vr) in enumerate(zip(ids, vals)):
-            j, n = boltzmann_pick(ir, vr, self.temperature, seed, i)
+            j, n = boltzmann_pick(ir, vr, self.options.temperature, seed, i)
             chosen.append(ir[j])
             work += n
             explored += int(j != 0)
         return chosen, work, {"boltzmann_scores": work, "boltzmann_non_argmax": explored}
 
 
-register(MethodInfo(
+INFO = MethodInfo(
     index=6, id="boltzmann", label="Boltzmann (deterministic)",
     mechanism="confidence-adaptive Gumbel-max exploration among the top-K, hashed (no RNG state)",
-    complexity="O(B·K) hashed scores per block", build=BoltzmannProposer,
+    complexity="O(B·K) hashed scores per block", proposer=BoltzmannProposer, options=BoltzmannOptions,
     stages=("draft block, keep top-K per position", "temperature per row from its top1-top2 margin",
-            "add a hashed Gumbel to v/T for every candidate", "argmax per position, verify")))
+            "add a hashed Gumbel to v/T for every candidate", "argmax per position, verify"))

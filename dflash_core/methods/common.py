@@ -1,4 +1,8 @@
-"""Pieces shared by the drafter-based methods: the block proposer base class and timing.
+"""The rules every method shares, one definition each: the top-k tie rule, option checks, first argmax,
+the stateless hash and the anchored gap fill.
+
+Tie rule (every top-k in the lab, at inference and in the fit data): higher value first, then the LOWER
+token id. torch.topk's order among equal values is unspecified, so ties are broken explicitly.
 
 Guidance work (one definition for every method): the number of candidate scores a selector or
 corrector evaluates beyond the drafter's own argmax (pair scores, jump/residual scores, Boltzmann
@@ -7,75 +11,137 @@ scores, correction rows). Plain DFlash has 0.
 
 from __future__ import annotations
 
-import time
+import math
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from ..decode import Proposal
-from ..device import synchronize
-from ..drafter import DraftState
+from ..errors import BadInputError
+
+# --- the tie rule -----------------------------------------------------------------------------------
 
 
-class BlockProposer:
-    """Runs the DFlash drafter once per round; subclasses choose the block from its logits."""
-
-    def __init__(self, rt, prepared, **options: Any):
-        self.rt = rt
-        self.prepared = prepared
-        self.drafter = prepared.drafter
-        self.taps = tuple(self.drafter.cfg.taps)
-        self.block_size = self.drafter.cfg.block_size
-        self.max_width = self.block_size
-        self.embed = rt.model.get_input_embeddings()
-        self.head = rt.model.get_output_embeddings()
-        self.options = options
-        self.state: DraftState | None = None
-
-    def begin(self, prompt: list[int], hidden: Any) -> None:
-        self.state = DraftState(self.drafter)
-        self.state.extend(hidden)
-
-    def observe(self, hidden: Any) -> None:
-        self.state.extend(hidden)
-
-    def propose(self, prefix: list[int], k: int) -> Proposal:
-        t0 = time.perf_counter()
-        logits, hidden = self.state.draft(prefix[-1], self.embed, self.head)
-        synchronize(self.rt.device)
-        t1 = time.perf_counter()
-        ids, guidance, meta = self.select(logits, hidden, prefix, k)
-        t2 = time.perf_counter()
-        return Proposal(ids=list(ids), draft_seconds=t1 - t0, select_seconds=t2 - t1, guidance=guidance,
-                        meta=meta)
-
-    def select(self, logits, hidden, prefix: list[int], k: int) -> tuple[list[int], int, dict]:
-        raise NotImplementedError
+def tie_sort(ids, vals, *others):
+    """Reorder the last dim by (value desc, id asc); `others` (same shape) follow the same order."""
+    o = ids.argsort(dim=-1, stable=True)
+    ids, vals, others = ids.gather(-1, o), vals.gather(-1, o), [t.gather(-1, o) for t in others]
+    o = (-vals).argsort(dim=-1, stable=True)
+    return (ids.gather(-1, o), vals.gather(-1, o), *[t.gather(-1, o) for t in others])
 
 
-# --- shared selection primitives (one definition each) -------------------------------------------
+def topk_tensors(logits, k: int):
+    """Top-k per row by the tie rule, on the logits' device: (ids [..., k] long, values [..., k] float32).
 
-MASK64 = (1 << 64) - 1
-
-
-def topk(logits, k: int):
-    """Top-k per row with a documented tie rule: higher value first, then the LOWER token id first.
-
-    torch.topk's order among equal values is unspecified, so ties are broken explicitly: every id whose
-    value is >= the row's k-th largest value is a candidate (however many tie at the boundary), and the
-    candidates are sorted on the host by (-value, id). Returns (ids [R][k], values [R][k]) as lists.
+    torch.topk finds the k-th value; rows where more than k values reach it (a tie at the boundary) are
+    re-ranked by a stable full sort, so which tied ids are kept also follows the rule.
     """
     import torch
 
-    k = max(1, min(int(k), logits.shape[-1]))
     x = logits.float()
-    kth = torch.topk(x, k, dim=-1).values[..., -1:]
-    ids_out, vals_out = [], []
-    for r in range(x.shape[0]):
-        idx = torch.nonzero(x[r] >= kth[r], as_tuple=True)[0]
-        vals = x[r, idx]
-        pairs = sorted(zip(vals.tolist(), idx.tolist()), key=lambda p: (-p[0], p[1]))[:k]
-        ids_out.append([p[1] for p in pairs])
-        vals_out.append([p[0] for p in pairs])
-    return ids_out, vals_out
+    k = max(1, min(int(k), x.shape[-1]))
+    vals, ids = torch.topk(x, k, dim=-1)
+    ids, vals = tie_sort(ids, vals)
+    tied = (x >= vals[..., -1:]).sum(-1) > k
+    if bool(tied.any()):
+        rows = x[tied]
+        o = (-rows).argsort(dim=-1, stable=True)[..., :k]
+        ids[tied] = o
+        vals[tied] = rows.gather(-1, o)
+    return ids, vals
+
+
+def topk(logits, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """`topk_tensors` as host lists: (ids [R][k], values [R][k])."""
+    ids, vals = topk_tensors(logits, k)
+    return ids.tolist(), vals.tolist()
+
+
+def top2(logits):
+    """Top-2 per row on the logits' device (only these B x 2 ids and values need to leave it)."""
+    return topk_tensors(logits, 2)
+
+
+def first_argmax(scores) -> int:
+    """Index of the first maximum (candidates are ranked, so ties go to the better-ranked one)."""
+    best, bi = scores[0], 0
+    for i in range(1, len(scores)):
+        if scores[i] > best:
+            best, bi = scores[i], i
+    return bi
+
+
+# --- options ------------------------------------------------------------------------------------------
+
+def check_number(name: str, value: Any, *, lo: float | None = None, integer: bool = False) -> Any:
+    """Validate a method option; raise BadInputError naming the option and the allowed range."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and integer:
+        ok = int(value) == value
+    if ok and lo is not None:
+        ok = value >= lo
+    if not ok:
+        kind = "an integer" if integer else "a finite number"
+        rng = f" >= {lo}" if lo is not None else ""
+        raise BadInputError(f"method option {name} must be {kind}{rng}, got {value!r}")
+    return int(value) if integer else float(value)
+
+
+def opt(default: Any, *, lo: float | None = None, above: float | None = None, below: float | None = None,
+        integer: bool = False) -> Any:
+    """An options field: a number >= lo, > above, < below. A None default means "from the artifact"."""
+    return field(default=default, metadata={"lo": lo, "above": above, "below": below, "integer": integer})
+
+
+@dataclass(frozen=True)
+class MethodOptions:
+    """Base of every method's frozen options dataclass: fields declared with `opt`, checked on creation."""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.default is None:
+                continue
+            m = f.metadata
+            value = check_number(f.name, value, lo=m.get("lo"), integer=m.get("integer", False))
+            if m.get("above") is not None and not value > m["above"]:
+                raise BadInputError(f"method option {f.name} must be > {m['above']}, got {value!r}")
+            if m.get("below") is not None and not value < m["below"]:
+                raise BadInputError(f"method option {f.name} must be < {m['below']}, got {value!r}")
+            object.__setattr__(self, f.name, value)
+        self.check()
+
+    def check(self) -> None:
+        """Checks across fields (subclasses)."""
+
+    @classmethod
+    def describe(cls) -> str:
+        return ", ".join(f"{f.name}={'<fitted>' if f.default is None else f.default}" for f in fields(cls))
+
+    @classmethod
+    def parse(cls, method_id: str, options: dict) -> "MethodOptions":
+        """Options by keyword -> the dataclass; an unknown or bad option is a BadInputError naming the valid ones."""
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise BadInputError(f"{method_id} has no option(s) {unknown}: its options are {cls.describe()}")
+        try:
+            return cls(**options)
+        except BadInputError as exc:
+            raise BadInputError(f"{method_id}: {exc} (its options are {cls.describe()})") from None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TopKOptions(MethodOptions):
+    """The candidates per position of the top-K selectors (02, 03)."""
+
+    top_k: int = opt(8, lo=1, integer=True)
+
+
+# --- the stateless hash -------------------------------------------------------------------------------
+
+MASK64 = (1 << 64) - 1
 
 
 def splitmix64(x: int) -> int:
@@ -107,11 +173,11 @@ def uniform(*keys: int) -> float:
 
 
 def gumbel(*keys: int) -> float:
-    import math
-
     u = min(max(uniform(*keys), 1e-12), 1 - 1e-12)
     return -math.log(-math.log(u))
 
+
+# --- the anchored gap fill ----------------------------------------------------------------------------
 
 def gap_fill(chosen: list[int | None], cand_ids, cand_vals, score_pair, prev: int) -> tuple[list[int], int]:
     """Anchored gap fill (Jacobi waves): fill empty slots next to filled ones from a snapshot.

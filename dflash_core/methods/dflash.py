@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from . import MethodInfo, register
-from .common import BlockProposer
+from .base import MethodInfo
+from .block import BlockProposer
 
 
 class DFlashProposer(BlockProposer):
@@ -11,7 +11,7 @@ class DFlashProposer(BlockProposer):
         return logits[:k].argmax(dim=-1).tolist(), 0, {}
 
 
-register(MethodInfo(
+INFO = MethodInfo(
     index=1, id="dflash", label="DFlash", mechanism="parallel block argmax", complexity="parallel draft + verify",
-    build=DFlashProposer,
-    stages=("fuse target taps", "draft block [anchor, MASK x B]", "argmax per position", "verify in one pass")))
+    proposer=DFlashProposer,
+    stages=("fuse target taps", "draft block [anchor, MASK x B]", "argmax per position", "verify in one pass"))

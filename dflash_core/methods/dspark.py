@@ -31,12 +31,19 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from ..errors import ArtifactError, BadInputError
-from ..prepare import register_fitter
-from . import MethodInfo, register
-from .common import BlockProposer, topk
-from .pairwise import check_number
-from .parareal import cached_artifact, fit_examples, refuse_benchmark_trajectories, split_by_trajectory
+from ..artifacts import torch_bytes
+from ..errors import ArtifactError
+from .base import Fitter, MethodInfo
+from .block import BlockProposer
+from .common import MethodOptions, opt, topk
+from .fitting import (
+    batches,
+    correction_examples,
+    refuse_benchmark_trajectories,
+    split_by_trajectory,
+    split_meta,
+    train_steps,
+)
 
 DSPARK_FILE = "dspark.pt"
 RANK = 16
@@ -125,11 +132,10 @@ def _survival(correct: torch.Tensor) -> torch.Tensor:
     return correct.float().cumprod(dim=1)
 
 
-@register_fitter("dspark")
 def fit_dspark(ctx) -> dict:
     refuse_benchmark_trajectories(ctx, "DSpark-Lite fitting")
     t0 = time.perf_counter()
-    ex = fit_examples(ctx)
+    ex = correction_examples(ctx)
     V, B = ctx.rt.vocab_size, ctx.drafter.cfg.block_size
     H = ex.hidden.shape[-1]
     K = ex.topk_ids.shape[-1]
@@ -145,20 +151,15 @@ def fit_dspark(ctx) -> dict:
     tr = train.nonzero().flatten()
     steps = int(ctx.cfg.aux_steps)
 
-    opt = torch.optim.AdamW([prev, nxt, pos_scale], lr=LR, weight_decay=WEIGHT_DECAY)
-    markov_losses = []
-    for _ in range(steps):
-        b = tr[torch.randint(len(tr), (BATCH,), generator=gen)]
+    def markov_loss(b):
         m = valid[b]
         if not m.any():
-            continue
+            return None
         sc = vals[b] + _markov_bias(prev, nxt, pos_scale, prev_t[b], ex.topk_ids[b])
-        loss = F.cross_entropy(sc[m], target_j[b][m])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([prev, nxt, pos_scale], 1.0)
-        opt.step()
-        markov_losses.append(loss.item())
+        return F.cross_entropy(sc[m], target_j[b][m])
+
+    markov_losses = train_steps([prev, nxt, pos_scale], markov_loss, batches(tr, steps, BATCH, gen), lr=LR,
+                                weight_decay=WEIGHT_DECAY, clip=1.0)
     prev, nxt, pos_scale = prev.detach(), nxt.detach(), pos_scale.detach()
 
     with torch.no_grad():
@@ -168,16 +169,8 @@ def fit_dspark(ctx) -> dict:
         feats = torch.cat([hidden, prev[prev_t]], dim=-1)  # [N, B, H + r]
     w = torch.zeros(H + RANK, requires_grad=True)
     bias = torch.zeros((), requires_grad=True)
-    opt = torch.optim.AdamW([w, bias], lr=LR, weight_decay=WEIGHT_DECAY)
-    conf_losses = []
-    for _ in range(steps):
-        b = tr[torch.randint(len(tr), (BATCH,), generator=gen)]
-        loss = F.binary_cross_entropy_with_logits(feats[b] @ w + bias, surv[b])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_([w, bias], 1.0)
-        opt.step()
-        conf_losses.append(loss.item())
+    conf_losses = train_steps([w, bias], lambda b: F.binary_cross_entropy_with_logits(feats[b] @ w + bias, surv[b]),
+                              batches(tr, steps, BATCH, gen), lr=LR, weight_decay=WEIGHT_DECAY, clip=1.0)
     w, bias = w.detach(), bias.detach()
 
     def metrics(mask):
@@ -199,8 +192,7 @@ def fit_dspark(ctx) -> dict:
 
     tail = lambda xs: sum(xs[-20:]) / max(1, len(xs[-20:])) if xs else None  # noqa: E731
     provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
-                  "train_trajectories": train_ids, "holdout_trajectories": hold_ids,
-                  "split": "by trajectory (seeded permutation)", "train_examples": int(train.sum()),
+                  **split_meta(train_ids, hold_ids), "train_examples": int(train.sum()),
                   "holdout_examples": int(hold.sum()), "candidates_with_label_in_top_k": float(valid.float().mean())}
     training = {"markov_steps": steps, "confidence_steps": steps, "batch_size": BATCH, "lr": LR,
                 "weight_decay": WEIGHT_DECAY, "final_markov_loss": tail(markov_losses),
@@ -213,14 +205,12 @@ def fit_dspark(ctx) -> dict:
             "confidence": {"weight": w.contiguous(), "bias": bias.contiguous()},
             "metadata": {"algorithm": "DSpark-Lite", "inference_rescoring": "top-k only", **provenance,
                          "training": training}}
-    from ..artifacts import torch_bytes
-
     meta = {"file": DSPARK_FILE, "config": cfg, **provenance, **training,
             "position_scale": pos_scale.tolist(), "seconds": time.perf_counter() - t0}
     return {"files": {DSPARK_FILE: torch_bytes(blob)}, "meta": meta}
 
 
-fit_dspark.files = (DSPARK_FILE,)
+DSPARK_FITTER = Fitter("dspark", (DSPARK_FILE,), fit_dspark)
 
 
 # --- inference ----------------------------------------------------------------------------------
@@ -230,17 +220,23 @@ def _load(prepared) -> tuple[DSparkHeads, dict]:
     return DSparkHeads.from_blob(blob), dict(blob["config"])
 
 
+@dataclass(frozen=True)
+class DSparkOptions(MethodOptions):
+    """None: the fitted artifact's value (its default floor, its K)."""
+
+    floor: float | None = opt(None, lo=0.0, below=1.0)
+    top_k: int | None = opt(None, lo=1, integer=True)
+
+
 class DSparkProposer(BlockProposer):
-    def __init__(self, rt, prepared, *, floor: float | None = None, top_k: int | None = None):
-        super().__init__(rt, prepared)
-        self.heads, cfg = cached_artifact(prepared, DSPARK_FILE, lambda: _load(prepared))
+    def __init__(self, rt, prepared, options: DSparkOptions):
+        super().__init__(rt, prepared, options)
+        self.heads, cfg = prepared.cached(DSPARK_FILE, lambda: _load(prepared))
         if int(cfg["vocab_size"]) != rt.vocab_size or int(cfg["block_size"]) != self.block_size:
             raise ArtifactError(f"{DSPARK_FILE} was fitted for vocab {cfg['vocab_size']} / block {cfg['block_size']}, "
                                 f"not {rt.vocab_size} / {self.block_size}: rerun prepare with --refresh")
-        self.floor = check_number("floor", cfg.get("default_floor", 0.0) if floor is None else floor, lo=0.0)
-        if self.floor >= 1.0:
-            raise BadInputError(f"dspark_lite: the survival floor must be in [0, 1), got {self.floor}")
-        self.K = check_number("top_k", cfg["top_k"] if top_k is None else top_k, lo=1, integer=True)
+        self.floor = float(cfg.get("default_floor", 0.0)) if options.floor is None else options.floor
+        self.K = int(cfg["top_k"]) if options.top_k is None else options.top_k
 
     def select(self, logits, hidden, prefix, k):
         n = min(k, self.block_size)
@@ -253,9 +249,9 @@ class DSparkProposer(BlockProposer):
                               "dspark_trimmed_tokens": n - len(chosen)}
 
 
-register(MethodInfo(
+INFO = MethodInfo(
     index=9, id="dspark_lite", label="V9 DSpark-Lite", mechanism="low-rank Markov correction + survival gate",
-    complexity="O(B K r) sequential rescoring + O(B (H + r)) confidence", build=DSparkProposer,
-    needs=(DSPARK_FILE,),
+    complexity="O(B K r) sequential rescoring + O(B (H + r)) confidence", proposer=DSparkProposer,
+    options=DSparkOptions, fitters=(DSPARK_FITTER,), grid={"floor": (0.0, 0.05, 0.10, 0.20, 0.35, 0.50, 0.70)},
     stages=("draft block; top-K per slot", "Markov rescoring from the previous choice",
-            "survival confidence product vs floor", "trim (>= 1 token); verify")))
+            "survival confidence product vs floor", "trim (>= 1 token); verify"))

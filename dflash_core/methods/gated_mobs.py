@@ -7,7 +7,7 @@ Per block (the full B slots; the verify width trims afterwards), top-K per slot 
   else, visiting gated slots middle-out (by |i - (B-1)/2|, then i), re-choose slot i among its K
   candidates by v_ij + w * pair(left -> c_j) + w * pair(c_j -> right), where left is the current choice
   of slot i-1 (the last committed token at slot 0) and right the current choice of slot i+1 (if any).
-pair(p -> c) is `pairwise.PairScorer` (low-rank tables gated by the fused target feature of the last
+pair(p -> c) is `selector.PairScorer` (low-rank tables gated by the fused target feature of the last
 context row, artifact `pair_selector.pt`, fitted by 02's fitter). Config chosen by successive halving on
 calibration prompts (`calibrate.calibrate_v11`); the default is the seed's frozen in-grid selection.
 
@@ -19,11 +19,11 @@ nothing for it, so here it is reported in meta only (`v11_gate_evaluations`), no
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from ..errors import BadInputError
-from . import MethodInfo, register
-from .common import topk
-from .pairwise import PAIR_FILE, ContextProposer, check_number, first_argmax
+from .base import MethodInfo
+from .common import MethodOptions, first_argmax, opt, topk
+from .selector import PAIR_FITTER, ContextProposer
 
 V11_DEFAULTS = {"temperature": 0.04, "gate": 0.08, "budget": 3, "top_k": 4, "pair_weight": 1.0, "early": 0.15}
 V11_GRID = {"temperature": (0.04, 0.08), "gate": (0.08, 0.16), "budget": (1, 2, 3), "top_k": (4, 8),
@@ -58,39 +58,39 @@ def gated_mobs(ids, vals, gated: list[int], scorer, prev: int, pair_weight: floa
     return chosen
 
 
-class GatedMOBSProposer(ContextProposer):
-    def __init__(self, rt, prepared, **options):
-        super().__init__(rt, prepared)
-        unknown = set(options) - set(V11_DEFAULTS)
-        if unknown:
-            raise BadInputError(f"gated_mobs_v11 has no option(s) {sorted(unknown)}: it takes {list(V11_DEFAULTS)}")
-        cfg = {**V11_DEFAULTS, **options}
-        self.cfg = {k: check_number(k, cfg[k], lo=1 if k == "top_k" else None, integer=k in ("top_k", "budget"))
-                    for k in V11_DEFAULTS}
-        if self.cfg["temperature"] <= 0 or self.cfg["budget"] < 0:
-            raise BadInputError(f"gated_mobs_v11: need temperature > 0 and budget >= 0, got {self.cfg}")
+@dataclass(frozen=True)
+class V11Options(MethodOptions):
+    temperature: float = opt(V11_DEFAULTS["temperature"], above=0.0)
+    gate: float = opt(V11_DEFAULTS["gate"])
+    budget: int = opt(V11_DEFAULTS["budget"], lo=0, integer=True)
+    top_k: int = opt(V11_DEFAULTS["top_k"], lo=1, integer=True)
+    pair_weight: float = opt(V11_DEFAULTS["pair_weight"])
+    early: float = opt(V11_DEFAULTS["early"])
 
+
+class GatedMOBSProposer(ContextProposer):
     def select(self, logits, hidden, prefix, k):
-        c = self.cfg
-        ids, vals = topk(logits, int(c["top_k"]))
+        c = self.options
+        ids, vals = topk(logits, int(c.top_k))
         B = len(ids)
-        gated, u = gated_slots(vals, temperature=c["temperature"], gate=c["gate"], budget=c["budget"],
-                               early=c["early"])
+        gated, u = gated_slots(vals, temperature=c.temperature, gate=c.gate, budget=c.budget,
+                               early=c.early)
         if len(ids[0]) < 2 or not gated:
             chosen, work = [int(r[0]) for r in ids], 0
         else:
             prev = int(prefix[-1])
             scorer = self.block_scorer(ids, prev)
-            chosen = gated_mobs(ids, vals, gated, scorer, prev, float(c["pair_weight"]))
+            chosen = gated_mobs(ids, vals, gated, scorer, prev, float(c.pair_weight))
             work = scorer.count
-        n_elig = sum(1 for x in u if x >= c["gate"])
+        n_elig = sum(1 for x in u if x >= c.gate)
         return chosen, work, {"v11_pair_scores": work, "v11_gate_evaluations": B, "v11_gated_positions": len(gated),
                               "v11_eligible_positions": n_elig, "v11_fast_argmax_positions": B - len(gated),
                               "v11_uncertainty_sum": float(sum(u))}
 
 
-register(MethodInfo(
+INFO = MethodInfo(
     index=11, id="gated_mobs_v11", label="V11 Boltzmann-Gated MOBS", mechanism="uncertainty-gated sparse MOBS",
-    complexity="bounded O(budget K) pair scores", build=GatedMOBSProposer, needs=(PAIR_FILE,),
+    complexity="bounded O(budget K) pair scores", proposer=GatedMOBSProposer, options=V11Options,
+    fitters=(PAIR_FITTER,), grid=V11_GRID,
     stages=("draft block; top-K per slot", "runner-up Boltzmann mass gates <= budget slots",
-            "middle-out pair rescoring of gated slots", "others keep argmax; verify")))
+            "middle-out pair rescoring of gated slots", "others keep argmax; verify"))

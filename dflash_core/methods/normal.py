@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from . import MethodInfo, register
+from .base import MethodInfo
 
-register(MethodInfo(
+INFO = MethodInfo(
     index=0, id="normal", label="Normal greedy", mechanism="one cached target forward per token",
-    complexity="N target forwards", build=None,
-    stages=("target forward", "argmax on device", "commit 1 token", "repeat")))
+    complexity="N target forwards", proposer=None,
+    stages=("target forward", "argmax on device", "commit 1 token", "repeat"))

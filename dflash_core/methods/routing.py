@@ -17,45 +17,25 @@ Uncertain slots are visited by priority m_i * (1 + 0.2 * i) (ascending, lower sl
   now explicit: build V13 from V10's selection with `v13_options(selected)`). Guidance work: 2 per
   routed block.
 
-Tie order (seed flaw 4): V10 and V13 take their top-2 with the same function, `top2`, whose rule is the
-one documented by `methods.common.topk` (higher value first, then the lower token id), implemented
-exactly in torch (two masked max passes) so it holds on any device and for any number of tied values.
+Tie order (seed flaw 4): V10 and V13 take their top-2 with the same function, `common.top2`, the lab's
+one tie rule (higher value first, then the lower token id), on any device and for any number of ties.
 Selection runs on the full block of B slots; the verify width trims the block afterwards.
 """
 
 from __future__ import annotations
 
 import math
-import time
+from dataclasses import dataclass
 
-import torch
-
-from ..decode import Proposal
 from ..errors import BadInputError
-from . import MethodInfo, register
-from .common import BlockProposer, context_fingerprint, uniform
-from .pairwise import check_number
+from .base import MethodInfo
+from .block import BlockProposer, Top2Proposer
+from .common import MethodOptions, context_fingerprint, opt, top2, uniform
 
 POSITION_WEIGHT = 0.2  # priority m_i * (1 + 0.2 i): later slots need a smaller margin to be routed first
 V10_DEFAULTS = {"temperature": 0.03, "cutoff": 0.15, "budget": 1, "slope": 1.5}  # seed's frozen in-grid pick
 V10_GRID = {"temperature": (0.03, 0.06, 0.10, 0.16), "cutoff": (0.05, 0.15, 0.35), "budget": (1, 2),
             "slope": (1.5,)}
-
-
-def top2(logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-2 per row on the logits' device: ids [R, 2] (long), values [R, 2] (float32).
-
-    Rule (the `methods.common.topk` rule, exactly): higher float32 value first, then the lower id.
-    """
-    x = logits.float()
-    V = x.shape[-1]
-    ar = torch.arange(V, device=x.device)
-    v1 = x.max(dim=-1, keepdim=True).values
-    t1 = torch.where(x == v1, ar, V).min(dim=-1, keepdim=True).values
-    x2 = x.scatter(-1, t1, float("-inf"))
-    v2 = x2.max(dim=-1, keepdim=True).values
-    t2 = torch.where(x2 == v2, ar, V).min(dim=-1, keepdim=True).values
-    return torch.cat([t1, t2], -1), torch.cat([v1, v2], -1)
 
 
 def priority(m: float, i: int) -> float:
@@ -110,26 +90,37 @@ def route_v13(ids, vals, fp: int, *, temperature: float, cutoff: float, slope: f
     return chosen, {"uncertain": n_unc, "sampled": int(pos is not None), "switched": switched}
 
 
-def _config(options: dict, keys: tuple[str, ...], method: str) -> dict:
-    unknown = set(options) - set(keys)
-    if unknown:
-        raise BadInputError(f"{method} has no option(s) {sorted(unknown)}: it takes {list(keys)}")
-    cfg = {k: check_number(k, options.get(k, V10_DEFAULTS[k]), lo=0, integer=k == "budget") for k in keys}
-    if cfg["temperature"] <= 0:
-        raise BadInputError(f"{method}: temperature must be > 0, got {cfg['temperature']}")
-    return cfg
+@dataclass(frozen=True)
+class V10Options(MethodOptions):
+    temperature: float = opt(V10_DEFAULTS["temperature"], above=0.0)
+    cutoff: float = opt(V10_DEFAULTS["cutoff"], lo=0.0)
+    budget: int = opt(V10_DEFAULTS["budget"], lo=0, integer=True)
+    slope: float = opt(V10_DEFAULTS["slope"], lo=0.0)
+
+
+@dataclass(frozen=True)
+class V13Options(MethodOptions):
+    """V10's options with the budget fixed to one slot (accepted only as 1, for V10-shaped settings)."""
+
+    temperature: float = opt(V10_DEFAULTS["temperature"], above=0.0)
+    cutoff: float = opt(V10_DEFAULTS["cutoff"], lo=0.0)
+    slope: float = opt(V10_DEFAULTS["slope"], lo=0.0)
+    budget: int = opt(1, lo=0, integer=True)
+
+    def check(self) -> None:
+        if self.budget != 1:
+            raise BadInputError("minop_v13 routes at most one slot (its budget is fixed to 1); build it from "
+                                "V10's selection with routing.v13_options(selected), which drops the budget")
 
 
 class BoltzmannV10Proposer(BlockProposer):
-    def __init__(self, rt, prepared, **options):
-        super().__init__(rt, prepared)
-        self.cfg = _config(options, ("temperature", "cutoff", "budget", "slope"), "boltzmann_v10")
-
     def select(self, logits, hidden, prefix, k):
         host = logits.float().cpu()  # the seed's path: full B x V logits leave the device
         ids_t, vals_t = top2(host)
         ids, vals = ids_t.tolist(), vals_t.tolist()
-        chosen, info = route_v10(ids, vals, context_fingerprint(prefix), **self.cfg)
+        o = self.options
+        chosen, info = route_v10(ids, vals, context_fingerprint(prefix), temperature=o.temperature,
+                                 cutoff=o.cutoff, budget=o.budget, slope=o.slope)
         B = len(ids)
         return chosen, 2 * info["sampled"], {"v10_candidate_scores": 2 * info["sampled"],
                                              "v10_uncertain_positions": info["uncertain"],
@@ -143,39 +134,29 @@ def v13_options(v10_selected: dict) -> dict:
     return {k: v10_selected[k] for k in ("temperature", "cutoff", "slope") if k in v10_selected}
 
 
-class MinOpV13Proposer(BlockProposer):
-    def __init__(self, rt, prepared, **options):
-        super().__init__(rt, prepared)
-        if "budget" in options and options.pop("budget") != 1:
-            raise BadInputError("minop_v13 routes at most one slot (its budget is fixed to 1); build it from "
-                                "V10's selection with routing.v13_options(selected), which drops the budget")
-        self.cfg = _config(options, ("temperature", "cutoff", "slope"), "minop_v13")
-
-    def propose(self, prefix, k):
-        t0 = time.perf_counter()
-        logits, _ = self.state.draft(prefix[-1], self.embed, self.head)
-        ids_t, vals_t = top2(logits)  # on the drafter's device
-        ids, vals = ids_t.tolist(), vals_t.tolist()  # the only transfer: B x 2 ids and values
-        t1 = time.perf_counter()
-        chosen, info = route_v13(ids, vals, context_fingerprint(prefix), **self.cfg)
-        t2 = time.perf_counter()
+class MinOpV13Proposer(Top2Proposer):
+    def choose(self, ids, vals, prefix):
+        o = self.options
+        chosen, info = route_v13(ids, vals, context_fingerprint(prefix), temperature=o.temperature,
+                                 cutoff=o.cutoff, slope=o.slope)
         B = len(ids)
-        return Proposal(ids=chosen[:k], draft_seconds=t1 - t0, select_seconds=t2 - t1, guidance=2 * info["sampled"],
-                        meta={"v13_candidate_scores": 2 * info["sampled"], "v13_routed_positions": info["sampled"],
-                              "v13_uncertain_positions": info["uncertain"],
-                              "v13_switched_positions": info["switched"],
-                              "v13_fast_argmax_positions": B - info["sampled"],
-                              "v13_top2_values_transferred": 2 * B})
+        return chosen, 2 * info["sampled"], {"v13_candidate_scores": 2 * info["sampled"],
+                                             "v13_routed_positions": info["sampled"],
+                                             "v13_uncertain_positions": info["uncertain"],
+                                             "v13_switched_positions": info["switched"],
+                                             "v13_fast_argmax_positions": B - info["sampled"],
+                                             "v13_top2_values_transferred": 2 * B}
 
 
-register(MethodInfo(
+INFO_V10 = MethodInfo(
     index=10, id="boltzmann_v10", label="V10 Advanced Boltzmann", mechanism="sparse uncertainty routing",
-    complexity="host top-2 over B x V, then O(budget) coins", build=BoltzmannV10Proposer,
+    complexity="host top-2 over B x V, then O(budget) coins", proposer=BoltzmannV10Proposer, options=V10Options,
+    grid=V10_GRID,
     stages=("draft block; logits to host", "top-2 and margin per slot", "route <= budget uncertain slots",
-            "Boltzmann coin top-1 vs top-2; verify")))
+            "Boltzmann coin top-1 vs top-2; verify"))
 
-register(MethodInfo(
+INFO_V13 = MethodInfo(
     index=13, id="minop_v13", label="V13 MinOp", mechanism="V10 policy, fused top-2, one-slot budget",
-    complexity="device top-2; only B x 2 leave; O(B) routing", build=MinOpV13Proposer,
+    complexity="device top-2; only B x 2 leave; O(B) routing", proposer=MinOpV13Proposer, options=V13Options,
     stages=("draft block", "top-2 on the drafter's device", "least-confident uncertain slot only",
-            "V10 Boltzmann coin; verify")))
+            "V10 Boltzmann coin; verify"))

@@ -3,6 +3,7 @@
 For each trajectory and anchor position a (the last committed token), the drafter is run exactly as at
 inference (context = target taps of rows < a); we keep its logits' top-K, its hidden rows, the fused
 context vector of the last context row, the previous token and the true next B tokens (labels).
+The top-K follows the lab's tie rule (`common.topk_tensors`), as inference does.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from ..drafter import DraftState
 from ..train import trajectory_taps
+from .common import topk_tensors
 
 
 @dataclass
@@ -26,6 +28,7 @@ class DraftExamples:
     hidden: torch.Tensor  # [N, B, H] drafter hidden rows
     context: torch.Tensor  # [N, H] fused target feature of the last context row (the "context vector")
     target_logits: torch.Tensor | None  # [N, B, K] target logits of the top-K ids at the B positions
+    stride: int = 1  # anchor stride the examples were taken with
 
 
 @torch.no_grad()
@@ -48,7 +51,7 @@ def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool 
             st.extend(taps[st.length:a])
             lg, hid = st.draft(seq[a], embed, head)
             lg = lg.float().cpu()
-            v, i = torch.topk(lg, top_k, dim=-1)
+            i, v = topk_tensors(lg, top_k)
             anchors.append((ti, a))
             out["prev"].append(seq[a])
             out["labels"].append(torch.tensor(seq[a + 1:a + 1 + B]))
@@ -70,4 +73,5 @@ def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool 
         anchors=anchors, prev=torch.tensor(out["prev"]), labels=torch.stack(out["labels"]),
         topk_ids=torch.stack(out["ids"]), topk_vals=torch.stack(out["vals"]),
         logits=torch.stack(out["logits"]) if keep_full_logits else None, hidden=torch.stack(out["hidden"]),
-        context=torch.stack(out["context"]), target_logits=torch.stack(out["tgt"]) if with_target else None)
+        context=torch.stack(out["context"]), target_logits=torch.stack(out["tgt"]) if with_target else None,
+        stride=stride)

@@ -1,0 +1,89 @@
+"""What a method is, as data: its registry entry, its fitters and the context they run in.
+
+A leaf module (it imports nothing from `methods` or `prepare`), so method modules can declare their
+fitters and `prepare` can run them without either importing the other: `prepare` reads the fitters
+from the registry (`methods.fitters()`), and a method's artifact files are the files of its fitters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import BadInputError
+
+
+@dataclass
+class FitContext:
+    """Everything a fitter may read: the float32 target, the trained drafter and the teacher trajectories.
+
+    `cache` holds data several fitters share within one prepare run (e.g. the drafter's fit examples).
+    """
+
+    rt: Any
+    drafter: Any
+    trajectories: list[list[int]]
+    prompt_lens: list[int]
+    cfg: Any  # prepare.PrepareConfig
+    family: str
+    progress: bool = False
+    cache: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fitter:
+    """One prepare step: `fit(ctx)` returns {"files": {name: bytes}, "meta": {...}}; `files` names what it writes."""
+
+    name: str
+    files: tuple[str, ...]
+    fit: Callable[[FitContext], dict]
+
+    def __call__(self, ctx: FitContext) -> dict:
+        return self.fit(ctx)
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """A registry entry. `proposer(rt, prepared, options)` builds the method; None for normal (plain greedy).
+
+    `options` is the method's frozen options dataclass (`common.MethodOptions`), `fitters` the prepare
+    steps whose files it needs (shared fitters are listed by every method that reads them), `grid` the
+    calibration grid (axis -> values) where the method is calibrated.
+    """
+
+    index: int
+    id: str
+    label: str
+    mechanism: str
+    complexity: str
+    proposer: Callable[..., Any] | None
+    options: Any = None  # a MethodOptions subclass; None: the method takes no options
+    fitters: tuple[Fitter, ...] = ()
+    grid: dict[str, tuple] | None = None
+    stages: tuple[str, ...] = ()
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """Artifact files beyond the drafter: the files of the method's fitters, in order."""
+        return tuple(f for fitter in self.fitters for f in fitter.files)
+
+    @property
+    def build(self) -> Callable[..., Any] | None:
+        """(rt, prepared, **options) -> proposer, or None for normal. Options are checked first
+        (BadInputError naming the valid ones), then the artifacts the method needs."""
+        if self.proposer is None:
+            return None
+        return self._build
+
+    def _build(self, rt, prepared, **options: Any):
+        opts = self.parse_options(options)
+        prepared.require(self.needs, self.id)  # prepared.Prepared: names the `prepare --refresh` to run
+        return self.proposer(rt, prepared, opts)
+
+    def parse_options(self, options: dict) -> Any:
+        if self.options is None:
+            if options:
+                raise BadInputError(f"{self.id} takes no options, got {sorted(options)}")
+            return None
+        return self.options.parse(self.id, options)

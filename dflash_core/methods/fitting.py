@@ -1,0 +1,203 @@
+"""Fit helpers every fitter shares: the drafter's fit examples (built once per prepare run), the hold-out
+of whole trajectories, head training, closed-form ridge and the benchmark-prompt refusal.
+
+Two sets of fit examples exist on purpose: the selector heads (02-05) train on the top-16 candidates at
+anchors spread to about 4096 examples; the corrections (09, 12, 14) on the top-8 at every anchor (or a
+stride, when `aux_max_examples` caps them). Both come from `examples.draft_examples` and are cached on
+the FitContext, so each is computed once however many fitters read it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+
+from ..artifacts import torch_bytes
+from ..drafter import parameter_count
+from ..errors import BadInputError
+from .examples import DraftExamples, draft_examples
+
+HEAD_TOP_K = 16  # candidates per position the selector heads train on (inference default K=8 is a subset)
+HEAD_TARGET_EXAMPLES = 4096  # enough for aux_steps x 64-example batches; more only slows prepare down
+CORRECTION_TOP_K = 8  # candidates per slot for the corrections (V12 K, DSpark K, V14 uses the first 2)
+HOLDOUT_FRACTION = 0.2
+
+
+# --- fit examples -----------------------------------------------------------------------------------
+
+def _anchor_count(ctx) -> int:
+    B = ctx.drafter.cfg.block_size
+    return sum(max(0, len(seq) - B - max(plen, 1)) for seq, plen in zip(ctx.trajectories, ctx.prompt_lens))
+
+
+def cached_examples(ctx, *, top_k: int, stride: int, max_examples: int | None) -> DraftExamples:
+    """`draft_examples` with target logits, computed once per (top_k, stride, cap) and prepare run."""
+    key = ("draft_examples", top_k, stride, max_examples)
+    if key not in ctx.cache:
+        ctx.cache[key] = draft_examples(ctx, top_k=top_k, stride=stride, with_target=True, max_examples=max_examples)
+    return ctx.cache[key]
+
+
+def head_stride(ctx) -> int:
+    """Anchor stride so the head examples (about min(aux_max_examples, 4096)) are spread over every trajectory.
+
+    Every anchor costs one drafter run on its whole context, so a stride keeps prepare to minutes on
+    2 CPU cores; spreading (rather than stopping after the first trajectories) keeps held-out trajectories.
+    """
+    want = min(ctx.cfg.aux_max_examples or HEAD_TARGET_EXAMPLES, HEAD_TARGET_EXAMPLES)
+    return max(1, math.ceil(_anchor_count(ctx) / max(1, want)))
+
+
+def head_examples(ctx) -> DraftExamples:
+    """Fit examples of the selector heads (02 pair selector, 04 jump head, 05 fused residual)."""
+    return cached_examples(ctx, top_k=min(HEAD_TOP_K, ctx.rt.vocab_size), stride=head_stride(ctx),
+                           max_examples=ctx.cfg.aux_max_examples)
+
+
+def correction_examples(ctx) -> DraftExamples:
+    """Fit examples of the corrections (09, 12, 14): every anchor, or strided to cover every trajectory
+    when `aux_max_examples` caps them (a split by trajectory needs several)."""
+    cap = ctx.cfg.aux_max_examples
+    stride = max(1, -(-_anchor_count(ctx) // cap)) if cap else 1
+    return cached_examples(ctx, top_k=min(CORRECTION_TOP_K, ctx.rt.vocab_size), stride=stride, max_examples=cap)
+
+
+# --- hold-out -----------------------------------------------------------------------------------------
+
+def split_by_trajectory(anchors, seed: int, fraction: float = HOLDOUT_FRACTION):
+    """The one hold-out policy of every fitter: a seeded permutation of the trajectory indices, ~20% (at
+    least one, never all) held out. Returns (train_mask, holdout_mask, train_ids, hold_ids).
+
+    Whole trajectories, not single anchors or example order: neighbouring anchors of one trajectory share
+    most of their context, so holding out single anchors would leak. With one trajectory nothing is held
+    out and the metrics are reported on the training examples (meta `eval` says which).
+    """
+    traj = sorted({t for t, _ in anchors})
+    order = list(traj)
+    random.Random(seed).shuffle(order)
+    n_hold = min(max(1, round(len(order) * fraction)), len(order) - 1) if len(order) >= 2 else 0
+    hold = sorted(order[:n_hold])
+    train = sorted(order[n_hold:])
+    hs = set(hold)
+    hmask = torch.tensor([t in hs for t, _ in anchors], dtype=torch.bool)
+    return ~hmask, hmask, train, hold
+
+
+# --- head training ------------------------------------------------------------------------------------
+
+def batches(train_idx: torch.Tensor, steps: int, size: int, generator: torch.Generator):
+    """`steps` batches of `size` rows drawn with replacement from train_idx."""
+    for _ in range(steps):
+        yield train_idx[torch.randint(len(train_idx), (size,), generator=generator)]
+
+
+def head_batches(train_idx: torch.Tensor, steps: int, seed: int, size: int = 64):
+    """The selector heads' batches: min(size, rows) per step, from a generator seeded with `seed`."""
+    return batches(train_idx, steps, min(size, len(train_idx)), torch.Generator().manual_seed(seed))
+
+
+def train_steps(params, loss_of, row_batches, *, lr: float = 3e-3, weight_decay: float = 0.0,
+                clip: float | None = None) -> list[float]:
+    """AdamW over `row_batches`; `loss_of(rows)` returns the loss (None skips the batch). Returns the losses."""
+    params = list(params)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    losses = []
+    for rows in row_batches:
+        loss = loss_of(rows)
+        if loss is None:
+            continue
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(params, clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def label_index(ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each label sits among its row's candidates: (index [..], present mask [..])."""
+    hit = ids == labels[..., None]
+    return hit.float().argmax(-1), hit.any(-1)
+
+
+def restricted_accuracy(scores: torch.Tensor, idx: torch.Tensor, present: torch.Tensor) -> float:
+    if not bool(present.any()):
+        return 0.0
+    return float((scores.argmax(-1) == idx)[present].float().mean())
+
+
+def eval_rows(held: torch.Tensor, train_idx: torch.Tensor) -> torch.Tensor:
+    """Rows the metrics are computed on: the held-out ones, or the training ones when none is held out."""
+    return torch.nonzero(held).flatten() if bool(held.any()) else train_idx
+
+
+def start_head_fit(ctx, seed_offset: int, build):
+    """What every head fit (02 pair selector, 04 jump head, 05 fused residual) starts from: the head
+    examples, the head built under the fitter's own seed, and the hold-out (same seed).
+
+    Returns (examples, head, held-out mask, training rows, meta with the example counts and the split).
+    """
+    ex = head_examples(ctx)
+    torch.manual_seed(ctx.cfg.seed + seed_offset)
+    head = build()
+    train, held, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + seed_offset)
+    meta = {"examples": int(ex.prev.shape[0]), "held_out": int(held.sum()), "steps": ctx.cfg.aux_steps,
+            **split_meta(train_ids, hold_ids)}
+    return ex, head, held, torch.nonzero(train).flatten(), meta
+
+
+def split_meta(train_ids: list[int], hold_ids: list[int]) -> dict:
+    """What the manifest records about a fitter's hold-out."""
+    return {"train_trajectories": train_ids, "holdout_trajectories": hold_ids,
+            "split": "by trajectory (seeded permutation)"}
+
+
+def head_meta(losses: list[float], held: torch.Tensor, module: torch.nn.Module) -> dict:
+    return {"loss_first": losses[0] if losses else None, "loss_final": losses[-1] if losses else None,
+            "eval": "held-out trajectories" if bool(held.any()) else "train",
+            "parameters": parameter_count(module)}
+
+
+def module_bytes(module: torch.nn.Module, config: dict) -> bytes:
+    """A head as artifact bytes: {"config", "state_dict" (float32)}, loadable by `Prepared.module`."""
+    sd = {k: v.detach().float().contiguous() for k, v in module.state_dict().items()}
+    return torch_bytes({"config": config, "state_dict": sd})
+
+
+# --- closed-form ridge --------------------------------------------------------------------------------
+
+def ridge(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
+    """Closed-form ridge in float64: (X'X + lam I')^-1 X'y, column 0 (the intercept) unregularised."""
+    X, y = X.double(), y.double()
+    A, b = X.T @ X, X.T @ y
+    reg = torch.eye(A.shape[0], dtype=torch.float64) * lam
+    reg[0, 0] = 0.0
+    try:
+        return torch.linalg.solve(A + reg, b)
+    except RuntimeError:  # singular (e.g. a constant column with lam = 0): least-norm solution
+        return torch.linalg.pinv(A + reg) @ b
+
+
+# --- held-out discipline ------------------------------------------------------------------------------
+
+def refuse_benchmark_trajectories(ctx, purpose: str) -> None:
+    """Held-out discipline for fitting: no trajectory may start from a benchmark prompt.
+
+    Checks the decoded prompt text (via `data.refuse_benchmark`) and the exact prompt ids. Targets without
+    a tokenizer train on seeded random ids, which cannot be benchmark prompts.
+    """
+    rt = ctx.rt
+    if getattr(rt, "tokenizer", None) is None:
+        return
+    from ..data import load_prompts, refuse_benchmark
+
+    prompts = [list(seq[:plen]) for seq, plen in zip(ctx.trajectories, ctx.prompt_lens)]
+    refuse_benchmark([rt.decode(p) for p in prompts], ctx.family, purpose)
+    bench = {tuple(rt.encode(t)) for t in load_prompts(ctx.family).benchmark}
+    leaked = [i for i, p in enumerate(prompts) if tuple(p) in bench]
+    if leaked:
+        raise BadInputError(f"{purpose} was given trajectories {leaked[:3]} that start from benchmark prompts: "
+                            "fit on train seeds only; benchmark prompts are held out")

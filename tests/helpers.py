@@ -1,0 +1,92 @@
+"""Helpers the test modules share (no test module imports from another): the one greedy-reference cache,
+the decode-stats invariants, crafted logits and the recording pair scorer for the selection rules."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from dflash_core.decode import DecodeStats, greedy
+
+from .strategies import MAX_BUDGET
+
+
+@lru_cache(maxsize=4096)
+def reference(rt, prompt: tuple[int, ...], budget: int = MAX_BUDGET) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Greedy ids and top-2 gaps of `prompt` for `budget` tokens (no EOS stop), cached per runtime.
+
+    Callers slice: the first n ids of a longer run are the greedy ids for budget n.
+    """
+    ids, stats = greedy(rt, list(prompt), budget, record_margins=True)
+    return tuple(ids), tuple(stats.margins)
+
+
+def check_invariants(stats: DecodeStats, width: int, budget: int) -> None:
+    assert stats.new_tokens == budget
+    assert stats.accepted <= stats.proposed
+    assert sum(stats.accept_counts) == stats.target_calls
+    assert len(stats.accept_counts) == width + 1
+    assert stats.proposed <= stats.draft_calls * width
+    if stats.target_calls:
+        assert stats.tokens_per_target_call <= width + 1
+    # every target call commits accepted + 1 tokens, so the histogram accounts for every token
+    committed = sum((a + 1) * c for a, c in enumerate(stats.accept_counts))
+    assert committed == budget
+    assert all(a <= p for a, p in zip(stats.position_accepted, stats.position_proposed))
+
+
+def crafted_logits(margins: list[float], V: int, seed: int = 0):
+    """Rows whose argmax is a random id and whose top1-top2 gap is exactly the given margin."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for m in margins:
+        r = torch.rand(V, generator=g, dtype=torch.float64)  # in [0, 1)
+        top = int(torch.randint(V, (1,), generator=g))
+        r[top] = float(r.max()) + 1.0  # unique max
+        second = float(torch.cat([r[:top], r[top + 1:]]).max())
+        r[top] = second + m
+        rows.append(r)
+    return torch.stack(rows)
+
+
+class RecordingScorer:
+    """Same interface as PairScorer; pair(p→c) from a plain function, every call recorded."""
+
+    def __init__(self, fn=lambda p, c: 0.0):
+        self.fn = fn
+        self.calls: list[tuple] = []
+        self.count = 0
+
+    def __call__(self, left, rights):
+        self.calls.append(("fwd", left, tuple(rights)))
+        self.count += len(rights)
+        return [self.fn(left, r) for r in rights]
+
+    def into(self, lefts, right):
+        self.calls.append(("bwd", tuple(lefts), right))
+        self.count += len(lefts)
+        return [self.fn(c, right) for c in lefts]
+
+
+def grid_ids(B: int, K: int) -> list[list[int]]:
+    """Candidate ids that encode their position: 100*i + j (so recorded calls say which slot was scored)."""
+    return [[100 * i + j for j in range(K)] for i in range(B)]
+
+
+class Recorder:
+    """Wraps a proposer and records the verified part of every proposal."""
+
+    def __init__(self, inner):
+        self.inner, self.taps, self.max_width, self.drafts = inner, inner.taps, inner.max_width, []
+
+    def begin(self, prompt, hidden):
+        self.inner.begin(prompt, hidden)
+
+    def propose(self, prefix, k):
+        prop = self.inner.propose(prefix, k)
+        self.drafts.append(list(prop.ids[:k]))
+        return prop
+
+    def observe(self, hidden):
+        self.inner.observe(hidden)
