@@ -1,4 +1,4 @@
-"""Command line: `python -m dflash_core {prepare,run,methods}`.
+"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,export,import}`.
 
 stdout carries results only (with --json exactly one JSON document); progress and logs go to stderr.
 """
@@ -17,6 +17,8 @@ from .errors import BadInputError, DFlashError
 RUN_OPTIONS = ("target", "revision", "home", "threads", "device", "dtype", "kernels")
 PREPARE_OPTIONS = ("target", "revision", "home", "threads")
 BENCH_OPTIONS = ("target", "revision", "home", "device", "dtype", "kernels")
+EXPORT_OPTIONS = ("target", "home")
+IMPORT_OPTIONS = ("home",)
 # What `bench` hands to the child pytest as options (the child reads the environment through the same table).
 BENCH_FORWARDED = ("target", "device", "dtype", "kernels")
 
@@ -47,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
         options.add_cli_option(b, name)
     b.add_argument("--smoke", action="store_true", help="1 prompt, 8 tokens, 1 round")
     b.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    e = sub.add_parser("export", help="pack a verified target (mini: its weights) and its artifacts into one bundle")
+    for name in EXPORT_OPTIONS:
+        options.add_cli_option(e, name)
+    e.add_argument("--out", required=True, help="bundle file to write (a .tar.gz)")
+    i = sub.add_parser("import", help="verify a bundle from `export` and install it into the home")
+    for name in IMPORT_OPTIONS:
+        options.add_cli_option(i, name)
+    i.add_argument("bundle", help="bundle file written by `export`")
     return ap
 
 
@@ -115,6 +125,25 @@ def cmd_prepare(a) -> int:
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
                   threads=a.threads, **_optional(revision=a.revision))
     print(out)
+    return 0
+
+
+def cmd_export(a) -> int:
+    from .bundle import export_bundle
+
+    options.resolve(a, EXPORT_OPTIONS)
+    check_target_args(a.target, a.home, None)
+    doc = export_bundle(a.out, a.target, a.home)
+    print(json.dumps({"bundle": str(a.out), "target": a.target, "content_sha256": doc["target"]["content_sha256"],
+                      "files": len(doc["files"])}))
+    return 0
+
+
+def cmd_import(a) -> int:
+    from .bundle import import_bundle
+
+    options.resolve(a, IMPORT_OPTIONS)
+    print(json.dumps(import_bundle(a.bundle, a.home)))
     return 0
 
 
@@ -237,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.cmd == "bench":
             return cmd_bench(a)
+        if a.cmd == "export":
+            return cmd_export(a)
+        if a.cmd == "import":
+            return cmd_import(a)
         return cmd_run(a)
     except DFlashError as exc:
         print(f"error: {exc}", file=sys.stderr)

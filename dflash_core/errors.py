@@ -25,3 +25,7 @@ class ArtifactError(DFlashError):
 
 class UnknownMethodError(DFlashError):
     """A method id is not in the registry."""
+
+
+class BundleError(ArtifactError):
+    """A prepared bundle (export/import) is corrupt, truncated, unsafe or does not match its manifests."""
