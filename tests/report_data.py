@@ -28,6 +28,7 @@ def saved_run(benchmarks, weights="w" * 64):
                        "traces": {"dflash-w2": [{"draft": [5, 6], "accepted": 1, "token": 9, "bonus": False}]},
                        "settings": {"tokens": 8, "widths": [0, 1, 2]},
                        "target": {"name": "mini", "config_sha256": "c" * 64, "weights_sample_sha256": weights,
+                                  "content_sha256": "e" * 64, "weights_sha256": "f" * 64,
                                   "dtype": "float32"},
                        "provenance": {"artifacts": {"files": {"drafter.pt": {"sha256": "d" * 64, "bytes": 1}}}}}}
 
@@ -43,7 +44,8 @@ def hostile_saved() -> dict:
     d["datetime"] = HOSTILE
     lab = d["dflash"]
     lab["settings"].update(tokens=HOSTILE, prompt_limit=HOSTILE, rounds=HOSTILE, threads=HOSTILE)
-    lab["target"].update(name=HOSTILE, dtype=HOSTILE)
+    lab["target"].update(name=HOSTILE, dtype=HOSTILE, content_sha256=HOSTILE)
+    lab["provenance"]["artifacts"]["files"][HOSTILE] = {"sha256": HOSTILE, "bytes": 1}
     lab["methods"]["dflash"].update(label=HOSTILE, mechanism=HOSTILE)
     lab["calibration"] = {"act": {"selected": HOSTILE, "table": [{"key": HOSTILE, "tokens_per_second": 1.0}]}}
     lab["traces"] = {"dflash-w2": [{"draft": [5, 6], "accepted": 1, "token": 9, "bonus": False},

@@ -320,6 +320,9 @@ def test_report_page_says_what_it_draws_and_where_it_came_from():
     page = render_report(doc)
     header = page.split("</header>", 1)[0]
     assert "2026-11-29T00:00:00" in header and "commit abc" in header and ">n<" not in header and " n (" in header
+    assert f"target content sha256 <code>{'e' * 64}</code>" in header  # the full hashes, not a prefix
+    assert f"weights sha256 <code>{'f' * 64}</code>" in header
+    assert f"<code>drafter.pt</code> <code>{'d' * 64}</code>" in header
     assert "post-hoc" in page and "Q1–Q3" in page and "not paired" in page
     assert "cached greedy" in page and "generate()" in page and "0.930× normal" in page
     chart = page.split("<svg", 1)[1].split("</svg>", 1)[0]

@@ -60,6 +60,18 @@ def _run_info(doc: dict) -> str:
     return (f"<div class=muted id=run-info>{'run' if n == 1 else f'{n} pooled runs'}: " + " | ".join(parts) + "</div>")
 
 
+def _model_hashes(doc: dict) -> str:
+    """Which model was measured, in full: the target's content and weights SHA-256 and every artifact's SHA-256
+    (from benchmark.json's target and provenance), so two reports can be checked to show the same model."""
+    tgt = doc.get("target") or {}
+    files = ((doc.get("provenance") or {}).get("artifacts") or {}).get("files") or {}
+    rows = "".join(f"<li><code>{_e(name)}</code> <code>{_e(meta.get('sha256') if isinstance(meta, dict) else meta)}"
+                   "</code></li>" for name, meta in sorted(files.items()))
+    return (f"<div class=muted id=model-hashes>target content sha256 <code>{_e(tgt.get('content_sha256') or '?')}</code>"
+            f" · weights sha256 <code>{_e(tgt.get('weights_sha256') or '?')}</code>"
+            f"<details><summary>{len(files)} artifacts (sha256)</summary><ul>{rows}</ul></details></div>")
+
+
 def _width_label(b: dict) -> str:
     sel = b.get("selection")
     tag = {"calibration": "chosen on calibration", "post-hoc": "post-hoc: max of benchmark medians"}.get(sel)
@@ -227,7 +239,7 @@ def render_report(doc: dict) -> str:
             f'<span class="bad">exactness gate FAILED: {_e(", ".join(doc["exactness"]["failures"]))}</span>')
     return f"""<!doctype html><html lang=en><head><meta charset=utf-8><title>DFlash Mini Lab report ({_e(doc['device'])})</title>
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab — {_e(tgt.get('name', ''))}
-on {_e(doc['device'])}</h1>{_run_info(doc)}<div class=muted>{gate} · <a href="index.html">mechanism explorer</a> ·
+on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · <a href="index.html">mechanism explorer</a> ·
 <a href="benchmark.json">benchmark.json</a></div></header><main>
 <div class=kpi><div>normal tok/s<b>{_f(normal.get('tokens_per_second'), 1)}</b></div>
 <div>best method<b>{_e(win.get('method', '–'))}</b></div>
