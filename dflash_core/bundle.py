@@ -200,11 +200,12 @@ def import_bundle(path: str | Path, home: str | Path | None = None) -> dict:
                     if dest.exists():
                         backup = old / rel.replace("/", "__")
                         os.replace(dest, backup)
-                    os.replace(root / rel, dest)
                     moved.append((dest, backup))
-            except OSError as exc:  # put back what was there
+                    os.replace(root / rel, dest)
+            except OSError as exc:  # put back what was there (a directory moved aside, or nothing)
                 for dest, backup in reversed(moved):
-                    shutil.rmtree(dest, ignore_errors=True)
+                    if backup is None or dest.exists():
+                        shutil.rmtree(dest, ignore_errors=True)
                     if backup is not None:
                         os.replace(backup, dest)
                 raise BundleError(f"could not move the bundle into {home} ({exc}): the home is unchanged") from exc

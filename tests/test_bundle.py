@@ -15,6 +15,9 @@ import pytest
 from dflash_core.artifacts import artifact_dir, target_identity, write_target_manifest
 from dflash_core.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
 from dflash_core.errors import BundleError
+from dflash_core.testing import tiny_prepare_config
+
+TINY_PREP = tiny_prepare_config()
 
 
 def snapshot(home: Path) -> dict[str, str]:
@@ -70,6 +73,15 @@ def test_export_import_local_target(tiny_prepared, tmp_path):
     prepared = load_prepared(tiny_prepared.rt, home=tmp_path / "other")
     assert str(prepared.directory) == got["artifact_dir"]
     assert snapshot(prepared.directory) == snapshot(tiny_prepared.prepared.directory)
+    # what `bench` does next on the other machine: prepare finds the imported artifacts valid, rebuilds nothing
+    from dflash_core.prepare import prepare
+    from dflash_core.target import load_target
+
+    before = snapshot(tmp_path / "other")
+    rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")
+    assert prepare(str(tiny_prepared.path), home=tmp_path / "other", cfg=TINY_PREP, rt=rt32, progress=False
+                   ) == prepared.directory
+    assert snapshot(tmp_path / "other") == before
 
 
 def _rewrite(src: Path, dst: Path, edit) -> None:
