@@ -106,8 +106,9 @@ def noise_warning(lab: dict) -> str | None:
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     import sys
 
-    lab = _lab_section(config)
-    warning = noise_warning(lab) if lab is not None else None
+    sess = config.stash.get(SESSION_STASH, None)
+    warning = None if sess is None else noise_warning({"noise": {**sess.aa_rounds,
+                                                                  "threshold": sess.cfg.noise_threshold}})
     if warning:
         sys.stderr.write(warning + "\n")
     path = config.stash.get(REPORT_PATH, None)
