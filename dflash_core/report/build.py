@@ -276,8 +276,8 @@ def _best(m: dict, tuned: dict, mid: str) -> dict:
     r = rows[w]
     return {"width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
             "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"], "speedup_ci": r["speedup_ci"],
-            "rank_group": None, "tokens_per_second": r["tokens_per_second"], "tokens_per_target_call": r["tokens_per_target_call"],
-            "acceptance_rate": r["acceptance_rate"]}
+            "rank_group": None, "tokens_per_second": r["tokens_per_second"],
+            "tokens_per_target_call": r["tokens_per_target_call"], "acceptance_rate": r["acceptance_rate"]}
 
 
 def _noise(docs: list[dict]) -> dict:
