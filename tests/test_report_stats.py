@@ -81,7 +81,8 @@ def test_aa_banner_appears_only_above_the_threshold(noise, threshold, banner):
     for page in (render_report(doc), render_index(doc)):
         assert ("id=noise-banner" in page) is banner
         assert f"{100 * n['spread']:.1f} %" in page.split("</header>", 1)[0]  # the A/A spread is in the header
-    assert (noise_warning({"noise": {"start": noise[0], "end": noise[1], "threshold": threshold}}) is not None) is banner
+    warning = noise_warning({"noise": {"start": noise[0], "end": noise[1], "threshold": threshold}})
+    assert (warning is not None) is banner
 
 
 def test_a_run_without_aa_rounds_has_no_banner_and_says_so():
