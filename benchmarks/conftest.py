@@ -12,7 +12,7 @@ import pytest
 
 SESSION_KEY = "dflash_bench_session"
 _TABLE_OPTIONS = ("tokens", "prompt_limit", "rounds", "threads", "calibration_tokens", "calibration_prompt_limit",
-                  "widths", "seed")
+                  "widths", "seed", "noise_threshold")
 
 
 def pytest_addoption(parser):
@@ -76,15 +76,18 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.fixture(scope="session")
 def bench(request):
-    """The shared BenchSession (target, artifacts, prompts, references, calibration)."""
-    from dflash_core.bench import open_session
+    """The shared BenchSession (target, artifacts, prompts, references, calibration), bracketed by the A/A
+    noise gate: normal against normal right after opening and again at teardown (before the report is built)."""
+    from dflash_core.bench import measure_aa, open_session
 
     sess = open_session(bench_config(request.config))
     widths = [w for w in bench_widths(request.config) if w > sess.block_size]
     if widths:
         raise pytest.UsageError(f"--bench-widths {widths} exceed the drafter's block size B={sess.block_size}")
     request.config.stash[_key()] = sess
-    return sess
+    measure_aa(sess, "start")
+    yield sess
+    measure_aa(sess, "end")
 
 
 def _key():

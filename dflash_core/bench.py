@@ -43,6 +43,7 @@ class BenchConfig:
     calibration_repeats: int = 2
     threads: int = _default("threads")
     seed: int = _default("seed")
+    noise_threshold: float = _default("noise_threshold")
     smoke: bool = False
     tune: bool = False
     references: bool = True
@@ -84,6 +85,7 @@ class BenchSession:
     tuned_widths: dict = field(default_factory=dict)
     traces: dict = field(default_factory=dict)  # "<method>-w<width>" -> first prompt's verify rounds
     cases: dict = field(default_factory=dict)  # method -> widths measured (normal: [0])
+    aa_rounds: dict = field(default_factory=dict)  # "start"/"end" -> A/A paired speedup rounds (measure_aa)
 
     @property
     def block_size(self) -> int:
@@ -128,6 +130,8 @@ class BenchSession:
             "calibration": self.calibration,
             "tuned_widths": self.tuned_widths,
             "traces": self.traces,
+            "noise": {"start": self.aa_rounds.get("start", []), "end": self.aa_rounds.get("end", []),
+                      "threshold": self.cfg.noise_threshold},
             "token_text": self.token_text(),
             "methods": {mid: {"index": m.index, "label": m.label, "mechanism": m.mechanism,
                               "complexity": m.complexity, "stages": list(m.stages)} for mid, m in METHODS.items()},
@@ -351,6 +355,22 @@ def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, bench
                      verdicts(sess, outs))
     sess.record_case(method, width, trace)
     return info
+
+
+def measure_aa(sess: BenchSession, phase: str) -> list[float]:
+    """The A/A noise gate's rounds: `normal` timed against `normal` with the cases' pairing (`paired_rounds`,
+    `cfg.rounds` rounds). Every ratio would be 1 on a quiet machine; the report turns the start and end
+    rounds into the session's noise figure (report.stats.aa_noise)."""
+
+    def run():
+        _, _, wall = decode_all(sess, "normal", 0)
+        return wall, None
+
+    with torch_threads(sess.cfg.threads):
+        pr = paired_rounds(sess, run, sess.cfg.rounds)
+    ratios = pr.figures(sess.cfg.tokens)["speedup_rounds"]
+    sess.aa_rounds[phase] = ratios
+    return ratios
 
 
 def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None) -> dict:

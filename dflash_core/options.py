@@ -31,6 +31,14 @@ def _widths(text: str) -> str:
     return ",".join(str(w) for w in sorted(set(ws)))
 
 
+def _fraction(text: str) -> float:
+    """A fraction in [0, 1) (0.05 = 5 %)."""
+    value = float(text)
+    if not 0.0 <= value < 1.0:
+        raise ValueError("must be a fraction >= 0 and < 1 (0.05 means 5 %)")
+    return value
+
+
 def _flag(text: str) -> bool:
     return str(text).strip().lower() in ("1", "true", "yes")
 
@@ -121,6 +129,9 @@ OPTIONS: tuple[Option, ...] = (
            "1,2,4,8 for the full matrix", type=_widths, pytest="--bench-widths"),
     Option("seed", "DFLASH_BENCH_SEED", 0, "seed of the benchmark's case-order rotation", type=int, minimum=0,
            pytest="--bench-seed"),
+    Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.05, "A/A noise gate: when normal-vs-normal paired rounds "
+           "differ from 1 by more than this fraction, bench warns and the report shows a noise banner",
+           type=_fraction, pytest="--bench-noise-threshold"),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),
@@ -133,7 +144,7 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 # BenchConfig fields whose value comes from this table (env, then the pytest option).
 BENCH_FIELDS = ("target", "device", "dtype", "kernels", "threads", "tokens", "rounds", "prompt_limit",
-                "calibration_tokens", "calibration_prompt_limit", "seed")
+                "calibration_tokens", "calibration_prompt_limit", "seed", "noise_threshold")
 
 
 def option(name: str) -> Option:

@@ -52,3 +52,16 @@ def hostile_saved() -> dict:
                                    {"draft": [6, 5], "accepted": 2, "token": 6, "bonus": True}]}
     lab["token_text"] = {"5": "<!--<script>", "6": HOSTILE, "9": "</script><img src=y onerror=alert(2)>"}
     return d
+
+
+def known_rounds(center: float, noise: float, n: int = 24, seed: int = 0) -> list[float]:
+    """`n` paired speedup rounds with a known true value `center` and known noise (sd `noise`, seeded)."""
+    import numpy as np
+
+    return [float(x) for x in center + noise * np.random.default_rng(seed).standard_normal(n)]
+
+
+def with_noise(saved: dict, start: list[float], end: list[float], threshold: float = 0.05) -> dict:
+    """`saved` with an A/A noise section as BenchSession.lab_section writes it."""
+    saved["dflash"]["noise"] = {"start": start, "end": end, "threshold": threshold}
+    return saved

@@ -118,6 +118,10 @@ def test_report_validates_against_schema(smoke_run):
     assert {"generate", "prompt_lookup", "assisted", "oracle-w1", "oracle-w2"} <= set(doc["references"])
     assert doc["provenance"]["versions"]["transformers"] == "5.24.0"
     assert not list(smoke_run["reports"].glob("*.part")), "writes must be atomic"
+    # the A/A gate ran at the session's start and end (--smoke: 1 round each) and its threshold is the option's
+    assert len(doc["noise"]["rounds"]) == 2 and doc["noise"]["threshold"] == 0.05
+    assert all(m["best"]["speedup_ci"][0] <= m["best"]["speedup"] <= m["best"]["speedup_ci"][1]
+               for m in doc["methods"].values())
 
 
 def test_report_cli_rebuilds_the_saved_run(smoke_run, tmp_path):

@@ -86,7 +86,7 @@ def test_bench_config_reads_every_knob_from_the_environment(monkeypatch):
     values = {"DFLASH_TARGET": "someone/model", "DFLASH_DEVICE": "cuda:1", "DFLASH_DTYPE": "bfloat16",
               "DFLASH_KERNELS": "eager", "DFLASH_THREADS": "3", "DFLASH_TOKENS": "7", "DFLASH_REPEATS": "5",
               "DFLASH_PROMPT_LIMIT": "2", "DFLASH_CALIBRATION_TOKENS": "9", "DFLASH_CALIBRATION_PROMPT_LIMIT": "1",
-              "DFLASH_BENCH_SEED": "4"}
+              "DFLASH_BENCH_SEED": "4", "DFLASH_NOISE_THRESHOLD": "0.1"}
     for var, value in values.items():
         monkeypatch.setenv(var, value)
     cfg = BenchConfig.from_env(tokens=11)
@@ -161,3 +161,10 @@ def test_hypothesis_profile_is_loaded_by_the_root_conftest(pytestconfig):
                 or ("ci" if os.environ.get("CI") else env_value("hypothesis_profile")))
     assert settings.default.max_examples == {"dev": 10, "ci": 40, "thorough": 400}[expected]
     assert settings.default.deadline is None
+
+
+@pytest.mark.parametrize("raw", ["1.5", "-0.1", "five"])
+def test_noise_threshold_must_be_a_fraction(raw):
+    with pytest.raises(BadInputError, match="DFLASH_NOISE_THRESHOLD"):
+        option("noise_threshold").from_env({"DFLASH_NOISE_THRESHOLD": raw})
+    assert option("noise_threshold").from_env({"DFLASH_NOISE_THRESHOLD": "0.1"}) == 0.1

@@ -18,9 +18,11 @@ from typing import Any
 
 from ..errors import DFlashError
 from .goals import goals
+from .stats import aa_noise, bootstrap_ci, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+DEFAULT_NOISE_THRESHOLD = 0.05  # options.py's noise_threshold default, for saved runs that predate the gate
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
 # else (a path such as "../../x") is refused rather than written outside the output folder.
@@ -240,6 +242,7 @@ def _pool_rows(rows: list[dict]) -> dict:
         out["tokens_per_second_runs"] = [r["tokens_per_second"] for r in rows]
     q1, _, q3 = quartiles(sp) if sp else (out["speedup"],) * 3
     out["speedup_q1"], out["speedup_q3"] = q1, q3
+    out["speedup_ci"] = list(bootstrap_ci(sp)) if sp else [out["speedup"]] * 2
     return out
 
 
@@ -272,9 +275,27 @@ def _best(m: dict, tuned: dict, mid: str) -> dict:
         selection = "post-hoc" if len(rows) > 1 else "only width"
     r = rows[w]
     return {"width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
-            "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"],
-            "tokens_per_second": r["tokens_per_second"], "tokens_per_target_call": r["tokens_per_target_call"],
-            "acceptance_rate": r["acceptance_rate"]}
+            "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"], "speedup_ci": r["speedup_ci"],
+            "rank_group": None, "tokens_per_second": r["tokens_per_second"],
+            "tokens_per_target_call": r["tokens_per_target_call"], "acceptance_rate": r["acceptance_rate"]}
+
+
+def _noise(docs: list[dict]) -> dict:
+    """The A/A noise gate over every pooled run's start and end rounds (stats.aa_noise); threshold: the first
+    run's."""
+    rounds, thresholds = [], []
+    for d in docs:
+        n = d["dflash"].get("noise")
+        if not isinstance(n, dict):
+            continue
+        for phase in ("start", "end"):
+            xs = n.get(phase) or []
+            if not (isinstance(xs, list) and all(_is_num(x) and x >= 0 for x in xs)):
+                raise ReportInputError(f"dflash.noise.{phase} must be a list of numbers >= 0 (A/A paired rounds)")
+            rounds += xs
+        if _is_num(n.get("threshold")):
+            thresholds.append(float(n["threshold"]))
+    return aa_noise(rounds, thresholds[0] if thresholds else DEFAULT_NOISE_THRESHOLD)
 
 
 def build_report(docs: list[dict], sources: list[str]) -> dict:
@@ -325,8 +346,14 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         verify_cost = {"ratio": {w: statistics.median(c["ratio"][w] for c in curves if w in c["ratio"])
                                  for w in curves[0]["ratio"]},
                        "t_decode_seconds": statistics.median(c["t_decode_seconds"] for c in curves)}
-    spec = [(mid, m) for mid, m in methods.items() if mid != "normal"]
-    winner = max(spec, key=lambda kv: kv[1]["best"]["speedup"]) if spec else None
+    groups = rank_groups({mid: (m["best"]["speedup"], tuple(m["best"]["speedup_ci"]))
+                          for mid, m in methods.items() if mid != "normal"})
+    for i, group in enumerate(groups, 1):
+        for mid in group:
+            methods[mid]["best"]["rank_group"] = i
+    leader = {"method": groups[0][0], **methods[groups[0][0]]["best"]} if groups else None
+    # A single winner only when the run resolves it: the leader's rank group has no other member.
+    winner = leader if groups and len(groups[0]) == 1 else None
     failures = [f"{mid}-w{w}" for mid, m in methods.items() for w, r in m["rows"].items() if not r["exact"]]
     failures += [f"reference:{k}" for k, r in references.items() if not r.get("exact", True)]
     bounds = {}
@@ -349,7 +376,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},
-        "winner": {"method": winner[0], **winner[1]["best"]} if winner else None,
+        "rank_groups": groups, "leader": leader, "winner": winner, "noise": _noise(docs),
     }
     doc["goals"] = goals(doc)
     return doc

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 def goals(doc: dict) -> list[dict]:
     """[{id, goal, figure, spread, ok}] from the canonical document's own numbers (figure None: not measured)."""
-    win = doc.get("winner") or {}
+    win = doc.get("leader") or doc.get("winner") or {}  # the leader: goals hold whether or not it is resolved
     spec = {k: m for k, m in doc["methods"].items() if k != "normal"}
     refs = doc.get("references") or {}
     ub = (doc.get("upper_bound_speedup") or {}).get(str(win.get("width")))

@@ -27,6 +27,7 @@ text-align:center;font-family:monospace;white-space:pre;transition:background .3
 select,button{background:#243447;color:#e6e6e6;border:1px solid #2b3a4a;border-radius:6px;padding:4px 8px}
 a{color:#7fb2ff}
 .ctx{font-family:monospace;white-space:pre-wrap;color:#9fb3c8;margin:6px 3px}
+.banner{background:#5a3a12;border:1px solid #f5c26b;color:#ffe3b0;padding:10px 14px;margin:12px 0;border-radius:6px}
 """
 
 
@@ -78,13 +79,53 @@ def _width_label(b: dict) -> str:
     return f"{_e(b['width'])}" + (f" <span class=muted>({_e(tag)})</span>" if tag else "")
 
 
+def _pct(x) -> str:
+    return _f(100 * x, 1) + " %" if isinstance(x, (int, float)) and not isinstance(x, bool) else "–"
+
+
+def _aa_header(doc: dict) -> str:
+    """The A/A spread for the page header: how far normal-vs-normal rounds strayed from 1 in this run."""
+    n = doc.get("noise") or {}
+    if n.get("spread") is None:
+        return "<span id=aa-spread>A/A spread: not measured (run predates the noise gate)</span>"
+    return (f"<span id=aa-spread>A/A spread (normal vs normal, {_e(len(n.get('rounds') or []))} paired rounds): "
+            f"{_pct(n['spread'])} (threshold {_pct(n.get('threshold'))})</span>")
+
+
+def noise_banner(doc: dict) -> str:
+    """The banner shown when the A/A gate measured more noise than its threshold, else ''."""
+    n = doc.get("noise") or {}
+    if not n.get("noisy"):
+        return ""
+    return (f"<div class=banner id=noise-banner><b>Noisy machine.</b> normal timed against normal differed by up to "
+            f"{_pct(n.get('spread'))} in this run (threshold {_pct(n.get('threshold'))}): speedup differences below "
+            f"{_pct(n.get('spread'))} are not resolved, whatever the ranking shows.</div>")
+
+
+def leaders_text(doc: dict) -> str:
+    """'X' when the run resolves a single winner, else the leader's rank group (no single winner named)."""
+    win = doc.get("winner")
+    if win:
+        return _e(win["method"])
+    groups = doc.get("rank_groups") or []
+    if not groups:
+        return "–"
+    return "not resolved: rank group 1 = " + ", ".join(_e(m) for m in groups[0])
+
+
 def _methods_table(doc: dict) -> str:
     rows = []
     win = (doc.get("winner") or {}).get("method")
     mx = max([m["best"]["speedup"] for m in doc["methods"].values()] + [1.0])
-    for mid, m in sorted(doc["methods"].items(), key=lambda kv: -kv[1]["best"]["speedup"]):
+    def order(kv):
+        g = kv[1]["best"].get("rank_group")
+        return (g if isinstance(g, int) else 10**6, -kv[1]["best"]["speedup"])
+
+    for mid, m in sorted(doc["methods"].items(), key=order):
         b = m["best"]
         r = m["rows"][str(b["width"])]
+        ci = b.get("speedup_ci") or [None, None]
+        grp = b.get("rank_group")
         cls = "win" if b["speedup"] >= 1 else "lose"
         bar = f'<span class="bar {cls}" style="width:{int(160 * b["speedup"] / mx)}px"></span>'
         ex = '<span class="ok">exact</span>' if m["exact"] else '<span class="bad">DIVERGED</span>'
@@ -96,25 +137,30 @@ def _methods_table(doc: dict) -> str:
             f"<tr{' class=winner' if mid == win else ''}><td>{_e(f'{idx:02d}' if isinstance(idx, int) else idx)} "
             f"{_e(mid)}</td><td>{_width_label(b)}</td><td>{_f(b['tokens_per_second'], 1)}</td>"
             f"<td>{bar} {_f(b['speedup'])}× [{_f(b.get('speedup_q1'), 2)}–{_f(b.get('speedup_q3'), 2)}]</td>"
+            f"<td class=ci>{_f(ci[0], 3)}–{_f(ci[1], 3)}</td>"
+            f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td><td>{_f(r.get('guidance_work', 0), 0)}</td>"
             f"<td>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td><td>{ex}</td></tr>")
     return ("<table id=methods-table><tr><th>method</th><th>width shown</th>"
             "<th>tok/s (median over rounds, not paired)</th><th>speedup vs normal, paired per round: median "
-            "[Q1–Q3]</th><th>tok/call</th><th>accept</th><th>guidance</th><th>loop overhead</th>"
+            "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th><th>rank group</th><th>tok/call</th><th>accept</th><th>guidance</th><th>loop overhead</th>"
             "<th>exactness</th></tr>" + "".join(rows) + "</table>"
-            "<p class=muted>tok/s pools each method's own rounds; the speedup divides each round by the normal run "
+            "<p class=muted>rank group: the leader (highest median) and every method whose 95 % interval overlaps "
+            "the leader's form group G1, and so on for the rest; methods of one group are not told apart by this run, "
+            "so a single winner is named only when G1 has one member. tok/s pools each method's own rounds; the speedup divides each round by the normal run "
             "made right before it, so the two columns can rank methods differently. A width marked post-hoc is the "
             "maximum of the benchmark medians (an optimistic choice made on the data it is reported on); "
             "<code>--tune</code> chooses widths on calibration prompts instead.</p>")
 
 
 def _speedup_chart(doc: dict) -> str:
-    """Inline SVG: best-width speedup per method with its Q1–Q3 whisker, and the 1x line (normal)."""
+    """Inline SVG: best-width speedup per method with its 95 % CI whisker and rank group, and the 1x line (normal)."""
     ms = sorted(doc["methods"].items(), key=lambda kv: -kv[1]["best"]["speedup"])
     if not ms:
         return ""
-    hi = max([max(m["best"]["speedup"], m["best"].get("speedup_q3", 0)) for _, m in ms] + [1.0]) * 1.08
+    ci = {mid: (m["best"].get("speedup_ci") or [m["best"]["speedup"]] * 2) for mid, m in ms}
+    hi = max([max(m["best"]["speedup"], ci[mid][1]) for mid, m in ms] + [1.0]) * 1.08
     row, left, width = 18, 150, 520
     x = lambda v: left + width * v / hi  # noqa: E731
     parts = [f'<line x1="{x(1):.1f}" y1="0" x2="{x(1):.1f}" y2="{row * len(ms)}" stroke="#8a9aab" '
@@ -122,17 +168,18 @@ def _speedup_chart(doc: dict) -> str:
     for i, (mid, m) in enumerate(ms):
         b, y = m["best"], i * row
         col = "#5fd38d" if b["speedup"] >= 1 else "#ff8c6b"
-        lo, up = b.get("speedup_q1", b["speedup"]), b.get("speedup_q3", b["speedup"])
-        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(b["width"])}</text>'
+        lo, up = ci[mid]
+        grp = "" if b.get("rank_group") is None else f" G{_e(b['rank_group'])}"
+        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(b["width"])}{grp}</text>'
                      f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(b["speedup"]) - left):.1f}" height="12" '
-                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, Q1–Q3 {_f(lo)}–{_f(up)}</title></rect>'
-                     f'<line x1="{x(max(lo, 0)):.1f}" y1="{y + 9}" x2="{x(up):.1f}" y2="{y + 9}" stroke="#e6e6e6"/>'
-                     f'<text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(b["speedup"], 2)}×</text>')
+                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, 95 % CI {_f(lo)}–{_f(up)}{grp}</title></rect>'
+                     f'<line class=ci x1="{x(max(lo, 0)):.1f}" y1="{y + 9}" x2="{x(up):.1f}" y2="{y + 9}" '
+                     f'stroke="#e6e6e6"/><text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(b["speedup"], 2)}×</text>')
     h = row * len(ms) + 4
     return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
             f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
-            '<p class=muted>bar: median paired speedup at the width shown; whisker: Q1 to Q3 of the per-round paired '
-            'speedups (the IQR); dashed: 1× (normal)</p>')
+            '<p class=muted>bar: median paired speedup at the width shown; whisker: its 95 % bootstrap confidence '
+            'interval; G<i>n</i>: rank group (overlapping intervals share one); dashed: 1× (normal)</p>')
 
 
 def _goals_table(doc: dict) -> str:
@@ -231,7 +278,7 @@ def _provenance(doc: dict) -> str:
 
 def render_report(doc: dict) -> str:
     ok = doc["exactness"]["all_exact"]
-    win = doc.get("winner") or {}
+    win = doc.get("winner") or doc.get("leader") or {}
     normal = doc["methods"].get("normal", {}).get("best", {})
     st = doc.get("settings", {})
     tgt = doc.get("target", {})
@@ -239,11 +286,12 @@ def render_report(doc: dict) -> str:
             f'<span class="bad">exactness gate FAILED: {_e(", ".join(doc["exactness"]["failures"]))}</span>')
     return f"""<!doctype html><html lang=en><head><meta charset=utf-8><title>DFlash Mini Lab report ({_e(doc['device'])})</title>
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab — {_e(tgt.get('name', ''))}
-on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · <a href="index.html">mechanism explorer</a> ·
-<a href="benchmark.json">benchmark.json</a></div></header><main>
+on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · {_aa_header(doc)} ·
+<a href="index.html">mechanism explorer</a> · <a href="benchmark.json">benchmark.json</a></div></header><main>
+{noise_banner(doc)}
 <div class=kpi><div>normal tok/s<b>{_f(normal.get('tokens_per_second'), 1)}</b></div>
-<div>best method<b>{_e(win.get('method', '–'))}</b></div>
-<div>best speedup<b>{_f(win.get('speedup'))}×</b></div><div>at width<b>{_e(win.get('width', '–'))}</b></div>
+<div>best method<b id=best-method>{leaders_text(doc)}</b></div>
+<div>leader's speedup (95 % CI)<b>{_f(win.get('speedup'))}×</b><span class=muted>{_f((win.get('speedup_ci') or [None])[0])}–{_f((win.get('speedup_ci') or [None, None])[1])}</span></div><div>at width<b>{_e(win.get('width', '–'))}</b></div>
 <div>tokens/target call<b>{_f(win.get('tokens_per_target_call'), 2)}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
  {_e(st.get('rounds', '?'))} paired rounds · {_e(st.get('threads', '?'))} threads · dtype {_e(tgt.get('dtype', ''))}
@@ -289,12 +337,13 @@ draw();timer=setInterval(step,700);
 
 def render_index(doc: dict) -> str:
     ok = doc["exactness"]["all_exact"]
-    win = doc.get("winner") or {}
+    win = doc.get("winner") or doc.get("leader") or {}
     return f"""<!doctype html><html lang=en><head><meta charset=utf-8><title>DFlash Mini Lab ({_e(doc['device'])})</title>
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab · {_e(doc['device'])}</h1>{_run_info(doc)}
 <div class=muted>{'<span class=ok>all methods exact</span>' if ok else '<span class=bad>exactness gate failed</span>'}
- · best: {_e(win.get('method', '–'))} {_f(win.get('speedup'))}× at w={_e(win.get('width', '–'))}
- · <a href="report.html">full report</a> · <a href="benchmark.json">benchmark.json</a></div></header><main>
+ · best: {leaders_text(doc)} (leader {_e(win.get('method', '–'))} {_f(win.get('speedup'))}× at w={_e(win.get('width', '–'))})
+ · {_aa_header(doc)} · <a href="report.html">full report</a> · <a href="benchmark.json">benchmark.json</a></div>
+</header><main>{noise_banner(doc)}
 <h2>Mechanism explorer</h2><p class=muted>Replays real block traces recorded in this run (first prompt): the text
 generated before the round, then the draft, the accepted prefix (green), the first rejected draft (red), and the
 committed correction (amber) or bonus token (blue) from the same target forward.</p>

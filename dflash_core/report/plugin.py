@@ -90,7 +90,27 @@ def report_root(config) -> Path:
     return Path(os.environ.get("DFLASH_REPORTS", Path(str(config.rootpath)) / "reports"))
 
 
+def noise_warning(lab: dict) -> str | None:
+    """The stderr warning of the A/A noise gate, or None when the session was quiet (or measured no A/A rounds)."""
+    from .stats import aa_noise
+
+    noise = lab.get("noise") or {}
+    n = aa_noise([*noise.get("start", []), *noise.get("end", [])], noise.get("threshold", 0.05))
+    if not n["noisy"]:
+        return None
+    return (f"dflash WARNING: noisy machine: normal timed against normal differed by up to {100 * n['spread']:.1f} % "
+            f"(threshold {100 * n['threshold']:.1f} %, --bench-noise-threshold); speedup differences below that "
+            "are not resolved by this run")
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    import sys
+
+    sess = config.stash.get(SESSION_STASH, None)
+    warning = None if sess is None else noise_warning({"noise": {**sess.aa_rounds,
+                                                                  "threshold": sess.cfg.noise_threshold}})
+    if warning:
+        sys.stderr.write(warning + "\n")
     path = config.stash.get(REPORT_PATH, None)
     if path:
         terminalreporter.write_line(f"dflash report: {path}/index.html (report.html, benchmark.json)")

@@ -1,0 +1,117 @@
+"""Which differences a run resolves: bootstrap intervals, rank groups and the A/A noise gate, proved on
+injected rounds of known noise (and a fake clock for the gate's own measurement)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from dflash_core.report.build import build_report
+from dflash_core.report.html import render_index, render_report
+from dflash_core.report.plugin import noise_warning
+from dflash_core.report.stats import aa_noise, bootstrap_ci, rank_groups
+
+from .report_data import bench_row, known_rounds, saved_run, with_noise
+
+
+def test_ci_covers_the_true_speedup_and_excludes_values_beyond_the_noise():
+    lo, hi = bootstrap_ci(known_rounds(1.5, 0.02))
+    assert lo < 1.5 < hi
+    assert hi < 1.52 and lo > 1.48  # 24 rounds of sd 0.02: the median is known to about +-0.01
+    assert bootstrap_ci(known_rounds(1.5, 0.02)) == (lo, hi)  # seeded: a rebuilt report shows the same interval
+
+
+def test_ci_widens_with_the_noise_and_is_a_point_for_one_round():
+    quiet = bootstrap_ci(known_rounds(1.5, 0.01, seed=1))
+    noisy = bootstrap_ci(known_rounds(1.5, 0.2, seed=1))
+    assert noisy[1] - noisy[0] > 5 * (quiet[1] - quiet[0])
+    assert noisy[0] < 1.5 < noisy[1]
+    assert bootstrap_ci([1.3]) == (1.3, 1.3)
+
+
+def test_rank_groups_join_only_cases_overlapping_the_leader():
+    cases = {"a": (2.0, (1.9, 2.1)), "b": (1.95, (1.85, 2.05)), "c": (1.8, (1.7, 1.88)), "d": (1.0, (0.9, 1.1))}
+    # c overlaps b but not the leader a: it leads the next group rather than joining a's
+    assert rank_groups(cases) == [["a", "b"], ["c"], ["d"]]
+    assert rank_groups({}) == []
+
+
+def _run(rounds_by_method: dict[str, list[float]], noise=None) -> dict:
+    rows = [bench_row("normal", 0, rounds=[1.0, 1.0, 1.0])]
+    for mid, rounds in rounds_by_method.items():
+        rows.append(bench_row(mid, 2, speedup=sorted(rounds)[len(rounds) // 2], rounds=rounds))
+    saved = saved_run(rows)
+    return with_noise(saved, *noise) if noise else saved
+
+
+def test_overlapping_methods_share_a_group_and_no_single_winner_is_named():
+    doc = build_report([_run({"dflash": known_rounds(1.50, 0.05, seed=2), "act": known_rounds(1.51, 0.05, seed=3),
+                              "mobs": known_rounds(1.20, 0.05, seed=4)})], ["r"])
+    assert doc["rank_groups"][0] == sorted(["dflash", "act"], key=lambda m: -doc["methods"][m]["best"]["speedup"])
+    assert doc["rank_groups"][1:] == [["mobs"]]
+    assert doc["winner"] is None and doc["leader"]["method"] in ("dflash", "act")
+    assert doc["methods"]["mobs"]["best"]["rank_group"] == 2 and doc["methods"]["act"]["best"]["rank_group"] == 1
+    for page in (render_report(doc), render_index(doc)):
+        assert "not resolved: rank group 1 = " in page
+    table = render_report(doc).split("id=methods-table", 1)[1].split("</table>", 1)[0]
+    assert table.count("<td class=group>G1</td>") == 2 and table.count("<td class=group>G2</td>") == 1
+
+
+def test_separated_methods_split_and_the_leader_alone_is_the_winner():
+    doc = build_report([_run({"dflash": known_rounds(1.9, 0.02, seed=5), "act": known_rounds(1.5, 0.02, seed=6)})],
+                       ["r"])
+    assert doc["rank_groups"] == [["dflash"], ["act"]]
+    assert doc["winner"]["method"] == "dflash" and doc["winner"]["rank_group"] == 1
+    assert "not resolved" not in render_report(doc)
+
+
+QUIET = (known_rounds(1.0, 0.005, n=3, seed=7), known_rounds(1.0, 0.005, n=3, seed=8))
+NOISY = ([1.0, 0.85, 1.12], [0.97, 1.18, 1.02])
+
+
+@pytest.mark.parametrize("noise, threshold, banner", [(QUIET, 0.05, False), (NOISY, 0.05, True),
+                                                      (NOISY, 0.25, False)])
+def test_aa_banner_appears_only_above_the_threshold(noise, threshold, banner):
+    doc = build_report([_run({"dflash": [1.5, 1.6, 1.7]}, noise=(*noise, threshold))], ["r"])
+    n = doc["noise"]
+    assert n["rounds"] == [*noise[0], *noise[1]] and n["threshold"] == threshold
+    assert n["spread"] == pytest.approx(max(abs(x - 1) for x in n["rounds"]))
+    assert n["noisy"] is banner
+    for page in (render_report(doc), render_index(doc)):
+        assert ("id=noise-banner" in page) is banner
+        assert f"{100 * n['spread']:.1f} %" in page.split("</header>", 1)[0]  # the A/A spread is in the header
+    warning = noise_warning({"noise": {"start": noise[0], "end": noise[1], "threshold": threshold}})
+    assert (warning is not None) is banner
+
+
+def test_a_run_without_aa_rounds_has_no_banner_and_says_so():
+    doc = build_report([saved_run([bench_row("normal", 0), bench_row("dflash", 2, speedup=1.5)])], ["r"])
+    assert doc["noise"]["spread"] is None and doc["noise"]["noisy"] is False
+    page = render_report(doc)
+    assert "id=noise-banner" not in page and "A/A spread: not measured" in page
+
+
+def test_aa_noise_spread_is_the_largest_departure_from_one():
+    assert aa_noise([1.02, 0.9, 1.04], 0.05)["spread"] == pytest.approx(0.1)
+    assert aa_noise([1.02, 0.99], 0.05)["noisy"] is False
+
+
+def test_measure_aa_times_normal_against_normal_with_the_case_pairing(monkeypatch):
+    """A fake clock: every normal wall is 1 s, every timed one 1/(1+e) s, so round i's ratio must be 1+e_i."""
+    from dflash_core import bench
+
+    eps = [0.0, 0.1, -0.05]
+    walls = iter([1.0] + [w for e in eps for w in (1.0, 1.0 / (1 + e))])  # warm-up, then (normal, timed) pairs
+    calls = []
+
+    def fake_decode_all(sess, method, width, trace=None):
+        calls.append(method)
+        return [], [], next(walls)
+
+    monkeypatch.setattr(bench, "decode_all", fake_decode_all)
+    sess = SimpleNamespace(cfg=SimpleNamespace(rounds=3, threads=1, tokens=8), rt=SimpleNamespace(device=None),
+                           aa_rounds={})
+    rounds = bench.measure_aa(sess, "end")
+    assert rounds == pytest.approx([1 + e for e in eps]) and sess.aa_rounds == {"end": rounds}
+    assert calls == ["normal"] * 7
