@@ -57,7 +57,7 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
     assert session.cases == {"normal": [0], "dflash": [1, 2]}
     lab = json.loads(json.dumps(session.lab_section(), allow_nan=False))
     assert set(lab) == {"settings", "target", "provenance", "calibration", "tuned_widths", "traces", "token_text",
-                        "methods"}
+                        "methods", "noise"}
     assert lab["settings"]["widths"] == [0, 1, 2] and lab["settings"]["block_size"] == session.block_size
     assert lab["settings"]["tokens"] == TOKENS and lab["target"]["dtype"] == "float64"
     assert set(lab["traces"]) == {"normal-w0", "dflash-w1", "dflash-w2"} and lab["traces"]["normal-w0"] == []
