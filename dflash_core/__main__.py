@@ -168,8 +168,7 @@ def cmd_run(a) -> int:
 
         if not (mini_target_dir(a.home) / "config.json").is_file():
             print("[run] the mini target is not built yet: running `prepare` first", file=sys.stderr)
-            prepare("mini", home=a.home, threads=a.threads)
-            torch.set_num_threads(a.threads)
+            prepare("mini", home=a.home, threads=a.threads)  # restores this thread count itself
     rt = load_target(a.target, a.device, a.dtype, home=a.home, kernels=a.kernels, **where)
     prepared = None
     if info.build is not None:
@@ -179,7 +178,6 @@ def cmd_run(a) -> int:
             print(f"[run] artifacts missing or stale ({exc}); running `prepare` first", file=sys.stderr)
             base = rt if a.device == "cpu" and str(rt.dtype) == "torch.float32" and rt.kernels == "eager" else None
             prepare(a.target, home=a.home, rt=base, threads=a.threads, **where)
-            torch.set_num_threads(a.threads)
             prepared = load_prepared(rt, home=a.home, required=info.needs)
     prompt_ids = rt.encode(a.prompt)
     ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)

@@ -130,8 +130,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     config, since results can depend on it). The caller's own torch thread count is restored afterwards.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     """
-    import torch
-
+    from .device import torch_threads
     from .progress import ensure_console_logging
 
     cfg = cfg or PrepareConfig()
@@ -140,12 +139,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
             raise BadInputError(f"--threads must be an integer >= 1, got {threads!r}")
         cfg = replace(cfg, threads=threads)
     ensure_console_logging()
-    prev_threads = torch.get_num_threads()
-    try:
-        with home_lock(home, wait_message="another prepare is running"):
-            return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt)
-    finally:
-        torch.set_num_threads(prev_threads)
+    with torch_threads(cfg.threads), home_lock(home, wait_message="another prepare is running"):
+        return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt)
 
 
 def config_mismatch(doc: dict, cfg: PrepareConfig) -> str | None:
@@ -169,7 +164,6 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     from .target import load_target
     from .train import train_drafter, trajectories
 
-    torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
     if rt is None:
         ensure_target(target, home, refresh, progress)
