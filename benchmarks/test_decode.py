@@ -1,4 +1,4 @@
-"""The benchmark matrix: every method x device x verify width, plus same-run reference rows.
+"""The benchmark matrix: every method x device x verify width, racing, plus same-run reference rows.
 
 Each case decodes every benchmark prompt per round, paired with a fresh `normal` run right before it,
 checks exactness against greedy, and stores plain-number metrics in extra_info for the report plugin.
@@ -15,6 +15,16 @@ def test_decode(benchmark, bench, case):
     info = measure_pair(bench, method, width, bench.cfg.rounds, benchmark)
     benchmark.extra_info.update(info)
     assert info["exact"], f"{method} at width {width} diverged from greedy: {info['verdicts']}"
+
+
+def test_race(bench):
+    """Racing, after every decode case (it is collected right after them): the cases whose 95 % interval overlaps
+    the leader's get extra paired rounds (dflash_core.racing), written into their own pytest-benchmark records.
+    Not a benchmark itself: it adds rounds to the cases and leaves no row of its own."""
+    from dflash_core.bench import run_race
+
+    rec = run_race(bench)
+    assert all(c["rounds"] <= rec["cap_rounds"] for c in rec["cases"].values()), rec
 
 
 def test_reference(benchmark, bench, reference):

@@ -44,6 +44,7 @@ class BenchConfig:
     threads: int = _default("threads")
     seed: int = _default("seed")
     noise_threshold: float = _default("noise_threshold")
+    race_max: int = _default("race_max")  # racing cap, a multiple of `rounds` (dflash_core.racing)
     smoke: bool = False
     tune: bool = False
     references: bool = True
@@ -86,6 +87,9 @@ class BenchSession:
     traces: dict = field(default_factory=dict)  # "<method>-w<width>" -> first prompt's verify rounds
     cases: dict = field(default_factory=dict)  # method -> widths measured (normal: [0])
     aa_rounds: dict = field(default_factory=dict)  # "start"/"end" -> A/A paired speedup rounds (measure_aa)
+    case_rounds: dict = field(default_factory=dict)  # "<method>-w<width>" -> CaseRounds (what racing extends)
+    matrix_started: float | None = None  # perf_counter at the first measured case (racing's time budget)
+    race: dict | None = None  # racing.race's record, once run_race ran
 
     @property
     def block_size(self) -> int:
@@ -132,9 +136,11 @@ class BenchSession:
             "traces": self.traces,
             "noise": {"start": self.aa_rounds.get("start", []), "end": self.aa_rounds.get("end", []),
                       "threshold": self.cfg.noise_threshold},
+            "race": self.race,
             "token_text": self.token_text(),
             "methods": {mid: {"index": m.index, "label": m.label, "mechanism": m.mechanism,
-                              "complexity": m.complexity, "stages": list(m.stages)} for mid, m in METHODS.items()},
+                              "complexity": m.complexity, "stages": list(m.stages), "why_inactive": m.why_inactive}
+                        for mid, m in METHODS.items()},
         }
 
 
@@ -282,9 +288,9 @@ class PairedRounds:
                 "rounds": len(self.walls)}
 
 
-def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None) -> PairedRounds:
+def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None, warmup=None) -> PairedRounds:
     """Time `run()` (returns (wall seconds, result)) against `normal` in `rounds` interleaved rounds, after
-    one untimed warm-up of `run` (normal is warm: the session's references ran it).
+    one untimed warm-up (`warmup()`, else `run()`; normal is warm: the session's references ran it).
 
     With a pytest-benchmark fixture, the rounds go through `benchmark.pedantic` and normal runs in its
     untimed setup right before each round, so each round's ratio is paired.
@@ -300,7 +306,7 @@ def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None) -> Paire
         pr.results.append(result)
         synchronize(sess.rt.device)
 
-    run()
+    (warmup or run)()
     if benchmark is not None:
         benchmark.pedantic(run_timed, setup=run_normal, rounds=rounds, warmup_rounds=0, iterations=1)
     else:
@@ -317,13 +323,15 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
     first = DecodeStats.merge(stats_rounds[0])
     every = DecodeStats.merge([s for rnd in stats_rounds for s in rnd])
     figs = PairedRounds(normal_walls, method_walls, []).figures(first.new_tokens)
+    drafted = int(first.meta.get("drafted", first.proposed))  # trimming methods (ACT, DSpark) draft more
     return {
         "method": method, "device": str(sess.rt.device.type), "dtype": str(sess.rt.dtype).replace("torch.", ""),
         "width": int(width), "prompts": len(sess.prompt_ids), "tokens_per_prompt": sess.cfg.tokens,
         "rounds": figs["rounds"], "new_tokens": int(first.new_tokens),
         **{k: figs[k] for k in ("tokens_per_second", "tokens_per_second_iqr", "normal_tokens_per_second",
                                 "speedup", "speedup_iqr", "speedup_rounds")},
-        "acceptance_rate": float(first.acceptance_rate),
+        "acceptance_rate": float(first.acceptance_rate), "drafted": drafted,
+        "acceptance_rate_drafted": float(first.accepted / drafted) if drafted else 0.0,
         "tokens_per_target_call": float(first.tokens_per_target_call),
         "target_calls": int(first.target_calls), "draft_calls": int(first.draft_calls),
         "proposed": int(first.proposed), "accepted": int(first.accepted),
@@ -341,20 +349,130 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
 
 def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, benchmark=None) -> dict:
     """Time `method` against `normal` in `rounds` paired rounds (see `paired_rounds`); records the case's
-    width and trace on the session."""
+    width and trace on the session, and its rounds for racing (`run_race`).
+
+    The untimed warm-up of a speculative method is its activity decode (`activity_decode`): the method with a
+    plain dflash shadow, never timed. The case's `activity` block comes from it."""
+    if sess.matrix_started is None:
+        sess.matrix_started = time.perf_counter()
+    act: dict = {}
 
     def run():
         trace: list = []
         outs, stats, wall = decode_all(sess, method, width, trace=trace)
         return wall, (outs, stats, trace)
 
+    def warmup():
+        act["activity"] = activity_decode(sess, method, width)
+
     with torch_threads(sess.cfg.threads):
-        pr = paired_rounds(sess, run, rounds, benchmark)
+        pr = paired_rounds(sess, run, rounds, benchmark, warmup=None if method == "normal" else warmup)
     outs, _, trace = pr.results[0]
-    info = summarize(sess, method, width, [r[1] for r in pr.results], pr.normal_walls, pr.walls,
-                     verdicts(sess, outs))
+    kinds = verdicts(sess, outs)
+    stats_rounds = [r[1] for r in pr.results]
+    info = summarize(sess, method, width, stats_rounds, pr.normal_walls, pr.walls, kinds)
+    if act.get("activity") is not None:
+        info["activity"] = act["activity"]
     sess.record_case(method, width, trace)
+    sess.case_rounds[f"{method}-w{width}"] = CaseRounds(method, width, list(pr.normal_walls), list(pr.walls),
+                                                        stats_rounds, kinds, dict(info),
+                                                        _benchmark_sink(benchmark) if benchmark is not None else None)
     return info
+
+
+def activity_decode(sess: BenchSession, method: str, width: int) -> dict | None:
+    """Mechanism activity of a case (DESIGN contract 9): decode every prompt once, untimed, with the method's
+    proposer wrapped in `activity.Shadowed` beside a plain dflash proposer at the same context, and count
+    where their drafts differ and what that did to accepted drafts (`activity.summary`). None for normal."""
+    from .activity import BASELINE, Shadowed, count_rounds, summary
+    from .decode import speculative
+    from .methods import get_method
+
+    info = get_method(method)
+    if info.build is None:
+        return None
+    base = get_method(BASELINE)
+    counts = None
+    for p in sess.prompt_ids:
+        prop = Shadowed(info.build(sess.rt, sess.prepared, **sess.options.get(method, {})),
+                        base.build(sess.rt, sess.prepared, **sess.options.get(BASELINE, {})))
+        ids, _ = speculative(sess.rt, prop, p, sess.cfg.tokens, width, method=method)
+        counts = count_rounds(prop.rounds, ids, counts)
+    return summary(method, counts or {}, info.why_inactive)
+
+
+@dataclass
+class CaseRounds:
+    """A measured case's rounds, kept so racing can add paired rounds and recompute its figures."""
+
+    method: str
+    width: int
+    normal_walls: list[float]
+    walls: list[float]
+    stats_rounds: list  # per round: the DecodeStats of every prompt
+    kinds: list[str]  # exactness verdict per prompt
+    info: dict  # the case's extra_info as measured (activity included)
+    sink: Any = None  # (timer seconds, updated info) -> None: the case's pytest-benchmark record
+
+    def speedups(self) -> list[float]:
+        return [n / m for n, m in zip(self.normal_walls, self.walls) if m > 0]
+
+
+def _benchmark_sink(benchmark):
+    """Racing's extra rounds into the case's pytest-benchmark record, so the saved JSON the report is built from
+    (DESIGN contract 7) holds every round: its timer reading joins `stats` and the recomputed figures replace
+    `extra_info`'s. pytest-benchmark's Stats caches its figures on first read, so a fresh Stats is built."""
+
+    def sink(seconds: float | None, info: dict) -> None:
+        from pytest_benchmark.stats import Stats
+
+        meta = getattr(benchmark, "stats", None)  # None under --benchmark-disable
+        if seconds is not None and meta is not None:
+            fresh = Stats()
+            for x in [*meta.stats.data, seconds]:
+                fresh.update(x)
+            meta.stats = fresh
+        benchmark.extra_info.update(info)
+
+    return sink
+
+
+def race_round(sess: BenchSession, key: str) -> float:
+    """One more paired round of case `key` (normal, then the method, as `paired_rounds` pairs them); returns
+    its speedup and passes the round and the recomputed figures to the case's pytest-benchmark record."""
+    c = sess.case_rounds[key]
+    with torch_threads(sess.cfg.threads):
+        c.normal_walls.append(decode_all(sess, "normal", 0)[2])
+        t0 = time.perf_counter()
+        _, stats, wall = decode_all(sess, c.method, c.width)
+        synchronize(sess.rt.device)
+        seconds = time.perf_counter() - t0  # pytest-benchmark's own timer reading of a round (perf_counter)
+    c.walls.append(wall)
+    c.stats_rounds.append(stats)
+    c.info.update(summarize(sess, c.method, c.width, c.stats_rounds, c.normal_walls, c.walls, c.kinds))
+    if c.sink is not None:
+        c.sink(seconds, c.info)
+    return c.normal_walls[-1] / wall if wall > 0 else 0.0
+
+
+def run_race(sess: BenchSession, clock=time.perf_counter) -> dict:
+    """Race the exact speculative cases measured so far (`racing.race`): cap `race_max` x `rounds` per case, and
+    a time budget equal to the base matrix's own time (from the first case until now), so racing at most
+    doubles the matrix. Each case's extra_info gets its `race` record; the session keeps the whole record."""
+    from .racing import race
+
+    keys = [k for k, c in sess.case_rounds.items() if c.method != "normal" and all(v != "diverged" for v in c.kinds)]
+    start = sess.matrix_started if sess.matrix_started is not None else clock()
+    budget = max(0.0, clock() - start)
+    rounds = {k: sess.case_rounds[k].speedups() for k in keys}
+    rec = race(rounds, lambda k: race_round(sess, k), sess.cfg.rounds, sess.cfg.race_max, budget, clock)
+    for k in keys:
+        c = sess.case_rounds[k]
+        c.info["race"] = rec["cases"][k]
+        if c.sink is not None:
+            c.sink(None, c.info)
+    sess.race = rec
+    return rec
 
 
 def measure_aa(sess: BenchSession, phase: str) -> list[float]:

@@ -8,6 +8,8 @@ Adding a method: one module with an INFO and one line here (docs/adding-a-method
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..errors import UnknownMethodError
 from . import (
     act,
@@ -42,6 +44,28 @@ METHOD_LIST: tuple[MethodInfo, ...] = (
     routing.INFO_V13,  # 13 minop_v13
     parareal_v14.INFO,  # 14 simple_parareal_v14
 )
+
+# Mechanism activity (DESIGN contract 9): one sentence per method on when its draft equals plain dflash's,
+# shown by the report beside a method labelled "inactive here" (its draft never differed in the run).
+WHY_INACTIVE: dict[str, str] = {
+    "dflash": "it is the baseline every other draft is compared with.",
+    "dflash2": "its pair-selector path kept the drafter's argmax at every position.",
+    "mobs": "its middle-out selection kept the drafter's argmax at every position.",
+    "jump_mobs": "its jump-head anchors and gap filling kept the drafter's argmax at every position.",
+    "fused_jump": "its fused-residual anchors and gap filling kept the drafter's argmax at every position.",
+    "boltzmann": "its temperature collapsed on confident rows, so the Gumbel draw never beat the argmax.",
+    "bmobs": "its Boltzmann middle anchor and MOBS fill kept the drafter's argmax at every position.",
+    "act": "its calibrated margin threshold tau never cut a block (tau = 0 keeps every row).",
+    "dspark_lite": "its Markov correction never changed a top-1 choice and the survival floor never cut a block.",
+    "boltzmann_v10": "no routed slot's Boltzmann coin chose the runner-up (or no margin fell below the cutoff).",
+    "gated_mobs_v11": "its uncertainty gate never opened, or the re-chosen slots kept the argmax.",
+    "parareal_v12": "its fitted residual correction never reordered a slot's top candidate.",
+    "minop_v13": "its one routed slot's Boltzmann coin never chose the runner-up (or no margin fell below "
+                 "the cutoff).",
+    "simple_parareal_v14": "its fitted gap estimate never drops below the switch threshold.",
+}
+METHOD_LIST = tuple(replace(m, why_inactive=WHY_INACTIVE[m.id]) if m.id in WHY_INACTIVE and not m.why_inactive
+                    else m for m in METHOD_LIST)
 
 METHODS: dict[str, MethodInfo] = {m.id: m for m in METHOD_LIST}
 

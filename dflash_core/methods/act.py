@@ -7,7 +7,8 @@ drafts cost no verify rows, so a low-confidence tail is not verified. tau = 0 ke
 DFlash. tau is calibrated on calibration prompts only (`calibrate.calibrate_act`).
 
 Guidance work = 0 (the margins come from the drafter's own logits). Meta per block: act_trimmed (drafts
-cut), act_verified (drafts kept), act_blocks (1), act_margin_sum / act_margin_rows (mean margin).
+cut), act_verified (drafts kept), act_blocks (1), act_margin_sum / act_margin_rows (mean margin), drafted
+(drafts before the trim: the report's acceptance over drafted tokens).
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class ACTProposer(BlockProposer):
         n = act_keep(margins, tau) if tau > 0 else len(full)
         n = max(1, min(n, len(full)))
         return full[:n], 0, {"act_trimmed": len(full) - n, "act_verified": n, "act_blocks": 1,
-                             "act_margin_sum": float(sum(margins)), "act_margin_rows": len(margins)}
+                             "act_margin_sum": float(sum(margins)), "act_margin_rows": len(margins),
+                             "drafted": len(full)}
 
 
 INFO = MethodInfo(

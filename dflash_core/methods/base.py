@@ -49,7 +49,8 @@ class MethodInfo:
 
     `options` is the method's frozen options dataclass (`common.MethodOptions`), `fitters` the prepare
     steps whose files it needs (shared fitters are listed by every method that reads them), `grid` the
-    calibration grid (axis -> values) where the method is calibrated.
+    calibration grid (axis -> values) where the method is calibrated. `why_inactive` is one sentence on why
+    the method's draft can equal plain dflash's throughout a run (the report shows it when that happens).
     """
 
     index: int
@@ -62,6 +63,7 @@ class MethodInfo:
     fitters: tuple[Fitter, ...] = ()
     grid: dict[str, tuple] | None = None
     stages: tuple[str, ...] = ()
+    why_inactive: str = ""
 
     @property
     def needs(self) -> tuple[str, ...]:

@@ -14,7 +14,8 @@ calibration prompts (`calibrate.calibrate_dspark`); default 0.0 (no trimming, th
 Guidance work: K Markov candidate scores per slot actually scored. The walk stops at the verify width
 (later slots could never be verified and, the chain being left-to-right, cannot change earlier choices,
 so this equals "select the full block, then trim") and at the survival cut. Confidence evaluations are
-reported in meta (`dspark_confidence_evaluations`, `dspark_confidence_sum`, `dspark_trimmed_tokens`).
+reported in meta (`dspark_confidence_evaluations`, `dspark_confidence_sum`, `dspark_trimmed_tokens`), and
+`drafted` (slots drafted before the survival cut: the report's acceptance over drafted tokens).
 
 Departures from the seed: full-vocabulary tables (no compact candidate list); the Markov loss is the
 cross-entropy over the K candidates the correction actually re-ranks (the seed used the compact C-way
@@ -246,7 +247,7 @@ class DSparkProposer(BlockProposer):
         work = self.K * info["scored"]
         return chosen, work, {"dspark_markov_candidate_scores": work, "dspark_confidence_evaluations": info["scored"],
                               "dspark_confidence_sum": info["confidence_sum"],
-                              "dspark_trimmed_tokens": n - len(chosen)}
+                              "dspark_trimmed_tokens": n - len(chosen), "drafted": n}
 
 
 INFO = MethodInfo(

@@ -21,7 +21,7 @@ from .goals import goals
 from .stats import aa_noise, bootstrap_ci, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_NOISE_THRESHOLD = 0.05  # options.py's noise_threshold default, for saved runs that predate the gate
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
@@ -29,6 +29,16 @@ DEFAULT_NOISE_THRESHOLD = 0.05  # options.py's noise_threshold default, for save
 DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]+)?|mps)$")
 ID_RE = re.compile(r"^[a-z0-9_]+$")
 VERDICTS = ("exact", "tie", "diverged")
+ACTIVITY_COUNTS = ("rounds", "rounds_differ", "positions", "positions_differ", "gained", "lost", "accepted",
+                   "shadow_accepted")
+ACTIVITY_STATUS = ("baseline", "active", "inactive")
+RACE_STOPS = ("separated", "cap", "budget")
+
+
+def _is_activity(v) -> bool:
+    """A case's activity block (dflash_core.activity.summary): counts, the net change and a status."""
+    return (isinstance(v, dict) and all(_is_int(v.get(k)) and v[k] >= 0 for k in ACTIVITY_COUNTS)
+            and _is_int(v.get("net")) and v.get("status") in ACTIVITY_STATUS)
 
 
 class ReportInputError(DFlashError):
@@ -94,6 +104,11 @@ _KINDS = {
     "verdicts": (lambda v: isinstance(v, dict) and all(k in VERDICTS and _is_int(n) and n >= 0 for k, n in v.items()),
                  f"an object of counts keyed by {'/'.join(VERDICTS)}"),
     "obj": (lambda v: isinstance(v, dict), "an object"),
+    "activity": (lambda v: _is_activity(v), "an object of integer counts (" + ", ".join(ACTIVITY_COUNTS) + ") and a "
+                 "status (" + "/".join(ACTIVITY_STATUS) + ")"),
+    "race": (lambda v: isinstance(v, dict) and _is_int(v.get("rounds")) and _is_int(v.get("extra_rounds"))
+             and v.get("stop") in RACE_STOPS, "an object with rounds, extra_rounds and stop (" + "/".join(RACE_STOPS)
+             + ")"),
 }
 DECODE_FIELDS = {
     "method": "id", "width": "int", "speedup": "num", "speedup_iqr": "num", "speedup_rounds": "nums",
@@ -105,6 +120,7 @@ DECODE_OPTIONAL = {
     "tokens_per_second_iqr": "num", "rounds": "int", "prompts": "int", "tokens_per_prompt": "int",
     "new_tokens": "int", "target_calls": "int", "draft_calls": "int", "proposed": "int", "accepted": "int",
     "target_seconds": "num", "draft_seconds": "num", "select_seconds": "num", "options": "obj", "dtype": "str",
+    "drafted": "int", "acceptance_rate_drafted": "num", "activity": "activity", "race": "race",
 }
 REFERENCE_FIELDS = {"reference": "str", "tokens_per_second": "num", "speedup": "num", "speedup_iqr": "num",
                     "speedup_rounds": "nums", "exact": "bool", "verdicts": "verdicts"}
@@ -274,7 +290,8 @@ def _best(m: dict, tuned: dict, mid: str) -> dict:
         w = max(rows, key=lambda k: (rows[k]["speedup"], -int(k)))
         selection = "post-hoc" if len(rows) > 1 else "only width"
     r = rows[w]
-    return {"width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
+    extra = {k: r[k] for k in ("activity", "acceptance_rate_drafted", "rounds") if k in r}
+    return {**extra, "width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
             "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"], "speedup_ci": r["speedup_ci"],
             "rank_group": None, "tokens_per_second": r["tokens_per_second"],
             "tokens_per_target_call": r["tokens_per_target_call"], "acceptance_rate": r["acceptance_rate"]}
@@ -296,6 +313,23 @@ def _noise(docs: list[dict]) -> dict:
         if _is_num(n.get("threshold")):
             thresholds.append(float(n["threshold"]))
     return aa_noise(rounds, thresholds[0] if thresholds else DEFAULT_NOISE_THRESHOLD)
+
+
+def method_activity(mid: str, rows: dict, why: Any) -> dict | None:
+    """A method's activity over every width it was measured at: `no draft` (normal), `baseline` (dflash),
+    `active` when some width's draft differed from dflash's, `inactive` when none did (with the registry's
+    one-sentence `why`); None when no row carries an activity block (runs that predate schema 4)."""
+    if mid == "normal":
+        return {"status": "no draft", "why": ""}
+    acts = [r["activity"] for r in rows.values() if isinstance(r.get("activity"), dict)]
+    if not acts:
+        return None
+    if any(a["status"] == "baseline" for a in acts):
+        status = "baseline"
+    else:
+        status = "active" if any(a["rounds_differ"] for a in acts) else "inactive"
+    return {"status": status, "why": str(why or "") if status == "inactive" else "",
+            "rounds_differ": sum(a["rounds_differ"] for a in acts), "rounds": sum(a["rounds"] for a in acts)}
 
 
 def build_report(docs: list[dict], sources: list[str]) -> dict:
@@ -339,6 +373,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         if not _is_int(m["index"]):
             m["index"] = 0
         m["best"] = _best(m, tuned, mid)
+        m["activity"] = method_activity(mid, m["rows"], meta.get("why_inactive"))
         m["exact"] = all(r["exact"] for r in m["rows"].values())
     references = {k: _pool_rows(v) for k, v in refs.items()}
     verify_cost = None
@@ -377,6 +412,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},
         "rank_groups": groups, "leader": leader, "winner": winner, "noise": _noise(docs),
+        "race": lab.get("race") if isinstance(lab.get("race"), dict) else None,
     }
     doc["goals"] = goals(doc)
     return doc

@@ -113,6 +113,29 @@ def leaders_text(doc: dict) -> str:
     return "not resolved: rank group 1 = " + ", ".join(_e(m) for m in groups[0])
 
 
+def activity_label(m: dict) -> str:
+    """'inactive here' (with why), 'baseline', 'no draft' or '' for an active method (or a run without activity)."""
+    a = m.get("activity") or {}
+    st = a.get("status")
+    if st == "inactive":
+        return "inactive here: " + str(a.get("why") or "its draft never differed from dflash's in this run.")
+    return {"baseline": "baseline", "no draft": "no draft"}.get(st, "")
+
+
+def _activity_cells(m: dict, b: dict) -> str:
+    """Rounds differ %, positions differ %, net accepted drafts (gained − lost) at the width shown, vs dflash."""
+    a = b.get("activity")
+    label = activity_label(m)
+    tag = f' <span class="muted inactive">{_e(label)}</span>' if label.startswith("inactive") else ""
+    if not isinstance(a, dict):
+        return f"<td colspan=3 class=activity>{_e(label) or '–'}</td>"
+    net = a.get("net", 0)
+    return (f"<td class=activity>{_pct(a.get('rounds_differ_share'))}{tag}</td>"
+            f"<td>{_pct(a.get('positions_differ_share'))}</td>"
+            f"<td>{'+' if net > 0 else ''}{_e(net)} <span class=muted>(+{_e(a.get('gained'))} −{_e(a.get('lost'))})"
+            f"</span></td>")
+
+
 def _methods_table(doc: dict) -> str:
     rows = []
     win = (doc.get("winner") or {}).get("method")
@@ -140,15 +163,28 @@ def _methods_table(doc: dict) -> str:
             f"<td class=ci>{_f(ci[0], 3)}–{_f(ci[1], 3)}</td>"
             f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
-            f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td><td>{_f(r.get('guidance_work', 0), 0)}</td>"
+            f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td>"
+            f"<td>{_f(100 * r.get('acceptance_rate_drafted', b['acceptance_rate']), 1)}%</td>"
+            f"<td class=rounds>{_e(r.get('rounds', '–'))}"
+            f"{'' if not r.get('race') else ' <span class=muted>(' + _e(r['race'].get('stop')) + ')</span>'}</td>"
+            f"{_activity_cells(m, b)}<td>{_f(r.get('guidance_work', 0), 0)}</td>"
             f"<td>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td><td>{ex}</td></tr>")
     return ("<table id=methods-table><tr><th>method</th><th>width shown</th>"
             "<th>tok/s (median over rounds, not paired)</th><th>speedup vs normal, paired per round: median "
-            "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th><th>rank group</th><th>tok/call</th><th>accept</th><th>guidance</th><th>loop overhead</th>"
+            "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th><th>rank group</th><th>tok/call</th>"
+            "<th>accept (of verified)</th><th>accept (of drafted)</th><th>paired rounds (race stop)</th>"
+            "<th>rounds differ from dflash</th><th>positions differ</th><th>net accepted drafts vs dflash</th>"
+            "<th>guidance</th><th>loop overhead</th>"
             "<th>exactness</th></tr>" + "".join(rows) + "</table>"
             "<p class=muted>rank group: the leader (highest median) and every method whose 95 % interval overlaps "
             "the leader's form group G1, and so on for the rest; methods of one group are not told apart by this run, "
-            "so a single winner is named only when G1 has one member. tok/s pools each method's own rounds; the speedup divides each round by the normal run "
+            "so a single winner is named only when G1 has one member. Racing gave the cases whose interval overlapped "
+            "the leader's extra paired rounds (stop: separated, cap or budget). Activity: at each round of an untimed "
+            "decode, plain dflash drafted at the same context; a round or position differs when the drafts do, and net "
+            "is the accepted drafts the differences gained minus those they lost. A method whose draft never differed "
+            "is labelled inactive here: its row measures dflash plus its overhead, not a distinct result. Accept of "
+            "drafted counts trimmed drafts too (ACT, DSpark trim before verifying); "
+            "tok/s pools each method's own rounds; the speedup divides each round by the normal run "
             "made right before it, so the two columns can rank methods differently. A width marked post-hoc is the "
             "maximum of the benchmark medians (an optimistic choice made on the data it is reported on); "
             "<code>--tune</code> chooses widths on calibration prompts instead.</p>")
@@ -161,7 +197,7 @@ def _speedup_chart(doc: dict) -> str:
         return ""
     ci = {mid: (m["best"].get("speedup_ci") or [m["best"]["speedup"]] * 2) for mid, m in ms}
     hi = max([max(m["best"]["speedup"], ci[mid][1]) for mid, m in ms] + [1.0]) * 1.08
-    row, left, width = 18, 150, 520
+    row, left, width = 18, 270, 520  # left: room for "<id> w<w> G<n> (inactive here)"
     x = lambda v: left + width * v / hi  # noqa: E731
     parts = [f'<line x1="{x(1):.1f}" y1="0" x2="{x(1):.1f}" y2="{row * len(ms)}" stroke="#8a9aab" '
              'stroke-dasharray="3,3"/>']
@@ -170,6 +206,8 @@ def _speedup_chart(doc: dict) -> str:
         col = "#5fd38d" if b["speedup"] >= 1 else "#ff8c6b"
         lo, up = ci[mid]
         grp = "" if b.get("rank_group") is None else f" G{_e(b['rank_group'])}"
+        if activity_label(m).startswith("inactive"):
+            grp += " (inactive here)"
         parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(b["width"])}{grp}</text>'
                      f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(b["speedup"]) - left):.1f}" height="12" '
                      f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, 95 % CI {_f(lo)}–{_f(up)}{grp}</title></rect>'
@@ -179,7 +217,8 @@ def _speedup_chart(doc: dict) -> str:
     return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
             f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
             '<p class=muted>bar: median paired speedup at the width shown; whisker: its 95 % bootstrap confidence '
-            'interval; G<i>n</i>: rank group (overlapping intervals share one); dashed: 1× (normal)</p>')
+            'interval; G<i>n</i>: rank group (overlapping intervals share one); inactive here: the draft never differed from '
+            'dflash\'s; dashed: 1× (normal)</p>')
 
 
 def _goals_table(doc: dict) -> str:
