@@ -1,0 +1,167 @@
+"""Racing (issue 14 item 2): extra paired rounds only while a case's interval overlaps the leader's, driven by an
+injected timing model (each case's true speedup plus seeded noise of a known size) and a fake clock."""
+
+from __future__ import annotations
+
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from dflash_core.racing import BUDGET, CAP, SEPARATED, contenders, race
+from dflash_core.report.stats import bootstrap_ci, overlaps
+
+
+class TimingModel:
+    """Paired speedups of known mean and noise: round r of case k is mean[k] + a seeded N(0, sd) draw, or, with
+    `cycle`, mean[k] + cycle[r % len(cycle)] (noise of a known, repeating shape)."""
+
+    def __init__(self, means: dict[str, float], sd: float, seed: int = 0, cycle: tuple[float, ...] = ()):
+        self.means, self.sd, self.rng, self.cycle = means, sd, random.Random(seed), cycle
+        self.calls: dict[str, int] = {k: 0 for k in means}
+        self.drawn: dict[str, int] = {k: 0 for k in means}
+
+    def draw(self, k: str) -> float:
+        self.drawn[k] += 1
+        if self.cycle:
+            return self.means[k] + self.cycle[(self.drawn[k] - 1) % len(self.cycle)]
+        return self.means[k] + self.rng.gauss(0.0, self.sd)
+
+    def base(self, n: int) -> dict[str, list[float]]:
+        return {k: [self.draw(k) for _ in range(n)] for k in self.means}
+
+    def step(self, k: str) -> float:
+        self.calls[k] += 1
+        return self.draw(k)
+
+
+class FakeClock:
+    def __init__(self, tick: float = 0.0):
+        self.t, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.t += self.tick
+        return self.t
+
+
+def test_a_clearly_separated_field_gets_no_extra_round():
+    model = TimingModel({"a": 2.0, "b": 1.0, "c": 0.5}, sd=0.01)
+    rounds = model.base(3)
+
+    def never(k):
+        raise AssertionError(f"{k} is separated from the leader and must not be raced")
+
+    rec = race(rounds, never, base_rounds=3, max_factor=3, clock=FakeClock())
+    assert rec["leader"] == "a" and rec["unresolved"] == [] and rec["passes"] == 0
+    assert {k: (c["extra_rounds"], c["stop"]) for k, c in rec["cases"].items()} == {k: (0, SEPARATED) for k in "abc"}
+
+
+def test_overlapping_contenders_race_until_they_separate_and_no_further():
+    """a and b differ by 0.1 with noise 0.1: three rounds cannot tell them apart, more rounds can. c is far
+    below and never raced. With a cap far away, the race must end because the intervals separated (a test of the
+    stop rule: without it they would run to the cap)."""
+    model = TimingModel({"a": 1.5, "b": 1.4, "c": 0.8}, sd=0.1, seed=3)
+    rounds = model.base(3)
+    assert overlaps(bootstrap_ci(rounds["a"]), bootstrap_ci(rounds["b"])), "the seed must start them overlapping"
+    rec = race(rounds, model.step, base_rounds=3, max_factor=40, clock=FakeClock())
+    a, b, c = (rec["cases"][k] for k in "abc")
+    assert a["stop"] == b["stop"] == SEPARATED and rec["unresolved"] == []
+    assert a["extra_rounds"] > 0 and b["extra_rounds"] > 0 and c["extra_rounds"] == 0 and model.calls["c"] == 0
+    assert a["rounds"] < rec["cap_rounds"] and b["rounds"] < rec["cap_rounds"]
+    assert not overlaps(bootstrap_ci(rounds["a"]), bootstrap_ci(rounds["b"]))
+    assert a["rounds"] == len(rounds["a"]) == 3 + model.calls["a"]
+    # one pass earlier they still overlapped: the race stopped at the first pass that separated them
+    assert overlaps(bootstrap_ci(rounds["a"][:-1]), bootstrap_ci(rounds["b"][:-1]))
+
+
+def test_the_cap_is_respected_when_cases_never_separate():
+    model = TimingModel({"a": 1.5, "b": 1.5, "c": 0.5}, sd=0.0, cycle=(-0.1, 0.1, 0.0))  # a and b: same rounds
+    rounds = model.base(3)
+    rec = race(rounds, model.step, base_rounds=3, max_factor=3, clock=FakeClock())
+    assert rec["cap_rounds"] == 9
+    for k in "ab":
+        assert rec["cases"][k] == {"rounds": 9, "extra_rounds": 6, "stop": CAP}
+    assert rec["cases"]["c"] == {"rounds": 3, "extra_rounds": 0, "stop": SEPARATED}
+    assert set(rec["unresolved"]) == {"a", "b"}
+
+
+def test_max_factor_one_races_nothing():
+    model = TimingModel({"a": 1.5, "b": 1.5}, sd=0.0, cycle=(-0.1, 0.1, 0.0))
+    rec = race(model.base(3), model.step, base_rounds=3, max_factor=1, clock=FakeClock())
+    assert sum(model.calls.values()) == 0 and {c["stop"] for c in rec["cases"].values()} == {CAP}
+
+
+def test_the_time_budget_stops_the_race():
+    """Each clock read advances 1 s; a 4 s budget leaves room for a few rounds, never the cap's 12."""
+    model = TimingModel({"a": 1.5, "b": 1.5, "c": 1.5}, sd=0.0, cycle=(-0.1, 0.1, 0.0))
+    rounds = model.base(3)
+    clock = FakeClock(tick=1.0)
+    rec = race(rounds, model.step, base_rounds=3, max_factor=5, budget_seconds=4.0, clock=clock)
+    spent_rounds = sum(model.calls.values())
+    assert 0 < spent_rounds <= 4 and rec["spent_seconds"] >= 4.0
+    assert {rec["cases"][k]["stop"] for k in rec["unresolved"]} == {BUDGET}
+
+
+def test_contenders_include_the_leader_only_when_someone_overlaps_it():
+    assert contenders({"a": [2.0, 2.1], "b": [1.0, 1.1]}) == ("a", [])
+    lead, near = contenders({"a": [1.5, 1.7], "b": [1.4, 1.6], "z": []})
+    assert lead == "a" and near == ["a", "b"]
+
+
+def test_bad_race_settings_are_refused():
+    with pytest.raises(ValueError, match="max_factor"):
+        race({"a": [1.0]}, lambda k: 1.0, base_rounds=1, max_factor=0)
+
+
+def test_extra_rounds_reach_the_saved_pytest_benchmark_record():
+    """The sink appends the round to the case's pytest-benchmark stats (whose figures are cached on first read)
+    and replaces its extra_info figures: the saved JSON the report is built from holds every round."""
+    from pytest_benchmark.stats import Stats
+
+    from dflash_core.bench import _benchmark_sink
+
+    stats = Stats()
+    for x in (1.0, 2.0, 3.0):
+        stats.update(x)
+    assert stats.median == 2.0 and stats.rounds == 3  # now cached
+    bm = SimpleNamespace(stats=SimpleNamespace(stats=stats), extra_info={"rounds": 3})
+    sink = _benchmark_sink(bm)
+    sink(10.0, {"rounds": 4, "speedup_rounds": [1, 1, 1, 1]})
+    assert bm.stats.stats.rounds == 4 and bm.stats.stats.median == 2.5 and bm.stats.stats.data[-1] == 10.0
+    assert bm.extra_info == {"rounds": 4, "speedup_rounds": [1, 1, 1, 1]}
+    sink(None, {"race": {"rounds": 4}})  # the race record alone adds no round
+    assert bm.stats.stats.rounds == 4 and bm.extra_info["race"] == {"rounds": 4}
+
+
+def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
+    """run_race over a session's measured cases: normal and a diverged case are never raced; every raced case
+    gets its `race` record through its sink; the budget is the base matrix's own time (from the fake clock)."""
+    import dflash_core.bench as bench
+
+    def case(method, walls, kinds=("exact",)):
+        sunk = []
+        c = bench.CaseRounds(method, 2, [1.0] * len(walls), list(walls), [], list(kinds), {},
+                             lambda s, info, sunk=sunk: sunk.append((s, dict(info))))
+        return c, sunk
+
+    cases = {"normal-w0": case("normal", [1.0, 1.0, 1.0]), "a-w2": case("a", [0.5, 0.52, 0.49]),
+             "b-w2": case("b", [0.51, 0.5, 0.53]), "bad-w2": case("bad", [0.1, 0.1, 0.1], ("diverged",))}
+    model = TimingModel({"a-w2": 2.0, "b-w2": 2.0}, sd=0.0, cycle=(0.0, -0.04, 0.04))
+
+    def fake_round(sess, key):
+        c = sess.case_rounds[key]
+        c.normal_walls.append(1.0)
+        c.walls.append(1.0 / model.step(key))
+        return c.normal_walls[-1] / c.walls[-1]
+
+    monkeypatch.setattr(bench, "race_round", fake_round)
+    sess = SimpleNamespace(case_rounds={k: c for k, (c, _) in cases.items()}, matrix_started=-5.0, race=None,
+                           cfg=SimpleNamespace(rounds=3, race_max=2))
+    rec = bench.run_race(sess, clock=FakeClock(tick=0.1))
+    assert set(rec["cases"]) == {"a-w2", "b-w2"} and sess.race is rec
+    assert rec["budget_seconds"] == pytest.approx(5.1)  # the clock's first read (0.1) minus the matrix start (-5)
+    assert {k: (c["extra_rounds"], c["stop"]) for k, c in rec["cases"].items()} == {"a-w2": (3, CAP), "b-w2": (3, CAP)}
+    assert cases["normal-w0"][1] == [] and cases["bad-w2"][1] == []
+    for k in ("a-w2", "b-w2"):
+        last = cases[k][1][-1]
+        assert last[0] is None and last[1]["race"] == rec["cases"][k]
