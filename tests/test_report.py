@@ -337,3 +337,76 @@ def test_width_chosen_on_calibration_is_not_post_hoc():
     assert doc["methods"]["dflash"]["best"]["width"] == 1
     assert doc["methods"]["dflash"]["best"]["selection"] == "calibration"
     assert "chosen on calibration" in render_report(doc)
+
+
+def _activity(status, rounds=10, differ=0, gained=0, lost=0, why=""):
+    return {"rounds": rounds, "rounds_differ": differ, "positions": 4 * rounds, "positions_differ": differ,
+            "gained": gained, "lost": lost, "net": gained - lost, "accepted": 20 + gained - lost,
+            "shadow_accepted": 20, "rounds_differ_share": differ / rounds,
+            "positions_differ_share": differ / (4 * rounds),
+            "status": status, "why": why}
+
+
+def _activity_run():
+    """dflash (the baseline), mobs (its draft differs: net -1), and V14 (never differs), with a race record."""
+    rows = [_bench("normal", 0), _bench("dflash", 2, speedup=1.5), _bench("mobs", 2, speedup=1.3),
+            _bench("simple_parareal_v14", 2, speedup=1.45), _bench("act", 2, speedup=1.2, rounds=[1.2] * 9)]
+    rows[1]["extra_info"]["activity"] = _activity("baseline")
+    rows[2]["extra_info"]["activity"] = _activity("active", differ=3, gained=1, lost=2)
+    rows[3]["extra_info"]["activity"] = _activity("inactive", why="never fires.")
+    rows[4]["extra_info"].update(activity=_activity("active", differ=5, lost=4), drafted=40,
+                                 acceptance_rate_drafted=0.25, race={"rounds": 9, "extra_rounds": 6, "stop": "cap"})
+    saved = _saved(rows)
+    lab = saved["dflash"]
+    for i, mid in ((12, "mobs"), (14, "simple_parareal_v14"), (8, "act")):
+        lab["methods"][mid] = {"index": i, "label": mid, "mechanism": "m", "complexity": "c", "stages": [],
+                               "why_inactive": f"{mid} sentence."}
+    lab["race"] = {"base_rounds": 3, "max_factor": 3, "cap_rounds": 9, "budget_seconds": 10.0, "spent_seconds": 4.0,
+                   "passes": 6, "leader": "dflash-w2", "unresolved": ["dflash-w2", "act-w2"],
+                   "cases": {"act-w2": {"rounds": 9, "extra_rounds": 6, "stop": "cap"}}}
+    return saved
+
+
+def test_activity_status_per_method_and_in_the_schema():
+    import jsonschema
+
+    doc = build_report([_activity_run()], ["run"])
+    ms = doc["methods"]
+    assert ms["normal"]["activity"]["status"] == "no draft" and ms["dflash"]["activity"]["status"] == "baseline"
+    assert ms["mobs"]["activity"] == {"status": "active", "why": "", "rounds_differ": 3, "rounds": 10}
+    v14 = ms["simple_parareal_v14"]["activity"]
+    assert v14["status"] == "inactive" and v14["why"] == "simple_parareal_v14 sentence."  # the registry's sentence
+    assert ms["mobs"]["best"]["activity"]["net"] == -1
+    assert ms["act"]["best"]["acceptance_rate_drafted"] == 0.25 and ms["act"]["best"]["rounds"] == 9
+    assert doc["race"]["cases"]["act-w2"]["stop"] == "cap"
+    schema = json.loads((Path(__file__).resolve().parents[1] / "dflash_core/report/benchmark.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+
+
+def test_inactive_methods_are_labelled_in_the_table_and_the_chart():
+    page = render_report(build_report([_activity_run()], ["run"]))
+    table = page.split("id=methods-table", 1)[1].split("</table>", 1)[0]
+    v14_row = next(r for r in table.split("<tr") if "simple_parareal_v14" in r)
+    assert "inactive here: simple_parareal_v14 sentence." in v14_row
+    mobs_row = next(r for r in table.split("<tr") if "mobs</td>" in r and "parareal" not in r)
+    assert "inactive" not in mobs_row and "30.0 %" in mobs_row and "-1" in mobs_row
+    act_row = next(r for r in table.split("<tr") if " act</td>" in r)
+    assert "25.0%" in act_row and "50.0%" in act_row and "9 <span class=muted>(cap)" in act_row
+    chart = page.split('id=speedup-chart', 1)[1].split("</svg>", 1)[0]
+    import re
+
+    assert re.search(r"simple_parareal_v14 w2 G[0-9]+ \(inactive here\)", chart) and "mobs w2 G" in chart
+    assert chart.count("(inactive here)") == 2  # V14's label and its tooltip, no other method's
+
+
+@pytest.mark.parametrize("field, value", [
+    ("activity", {"rounds": 1, "status": "active"}),  # counts missing
+    ("activity", {**_activity("active"), "status": "sometimes"}),
+    ("race", {"rounds": 3, "extra_rounds": 0, "stop": "bored"}),
+    ("drafted", -1),
+])
+def test_malformed_activity_and_race_fields_are_refused(tmp_path, field, value):
+    saved = _activity_run()
+    saved["benchmarks"][2]["extra_info"][field] = value
+    with pytest.raises(ReportInputError, match=f"extra_info.{field} must be"):
+        load_saved(_write(tmp_path, "bad.json", saved))
