@@ -45,6 +45,38 @@ def test_measure_pair_counts_the_first_round_and_pairs_every_round(session, tiny
     assert info["tokens_per_target_call"] == info["new_tokens"] / info["target_calls"]
     assert 0.0 <= info["overhead_fraction"] <= 1.0
     assert session.cases == {"dflash": [2]} and len(session.traces["dflash-w2"]) <= 16
+    act = info["activity"]  # dflash against its own shadow: the baseline, never different
+    assert act["status"] == "baseline" and act["rounds"] == sum(s.draft_calls for s in direct) > 0
+    assert act["rounds_differ"] == act["positions_differ"] == act["net"] == 0
+    assert act["accepted"] == act["shadow_accepted"] == info["accepted"]
+    assert info["drafted"] == info["proposed"] and info["acceptance_rate_drafted"] == info["acceptance_rate"]
+
+
+def test_a_trimming_case_reports_drafted_acceptance_and_its_activity(session):
+    from dflash_core.bench import measure_pair
+
+    session.options["act"] = {"tau": 1e9}  # every block trimmed to one draft
+    info = measure_pair(session, "act", 2, rounds=1)
+    assert info["drafted"] > info["proposed"] and info["acceptance_rate_drafted"] == info["accepted"] / info["drafted"]
+    act = info["activity"]
+    # every round dflash drafts 2 where ACT keeps 1 (k = 1 rounds near the budget's end drafted 1 for both)
+    assert act["status"] == "active" and act["positions_differ"] == act["rounds_differ"] > 0
+    assert act["gained"] == 0 and act["net"] == -act["lost"] and act["accepted"] == info["accepted"]
+
+
+def test_a_race_round_extends_the_case_and_its_record(session):
+    from dflash_core.bench import measure_pair, race_round
+
+    info = measure_pair(session, "dflash", 2, rounds=2)
+    got = []
+    case = session.case_rounds["dflash-w2"]
+    case.sink = lambda seconds, new: got.append((seconds, dict(new)))
+    ratio = race_round(session, "dflash-w2")
+    seconds, new = got[-1]
+    assert new["rounds"] == 3 and len(new["speedup_rounds"]) == 3
+    assert new["speedup_rounds"][:2] == info["speedup_rounds"]
+    assert new["speedup_rounds"][2] == ratio and seconds > 0
+    assert new["activity"] == info["activity"] and new["accepted"] == info["accepted"]  # counts: the first round
 
 
 def test_cases_record_widths_as_data_for_the_lab_section(session):
@@ -57,7 +89,7 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
     assert session.cases == {"normal": [0], "dflash": [1, 2]}
     lab = json.loads(json.dumps(session.lab_section(), allow_nan=False))
     assert set(lab) == {"settings", "target", "provenance", "calibration", "tuned_widths", "traces", "token_text",
-                        "methods", "noise"}
+                        "methods", "noise", "race"}
     assert lab["settings"]["widths"] == [0, 1, 2] and lab["settings"]["block_size"] == session.block_size
     assert lab["settings"]["tokens"] == TOKENS and lab["target"]["dtype"] == "float64"
     assert set(lab["traces"]) == {"normal-w0", "dflash-w1", "dflash-w2"} and lab["traces"]["normal-w0"] == []
