@@ -124,6 +124,33 @@ def test_report_validates_against_schema(smoke_run):
                for m in doc["methods"].values())
 
 
+def test_every_case_carries_its_activity_and_race_record(smoke_run):
+    """Mechanism activity (DESIGN contract 9) and racing reach benchmark.json through the saved run (contract 7)."""
+    from dflash_core.methods import METHODS, speculative_ids
+
+    saved = json.loads(smoke_run["out"].read_text())
+    for b in saved["benchmarks"]:
+        if b["name"].startswith("test_decode[") and "[normal-" not in b["name"]:
+            ex = b["extra_info"]
+            assert {"activity", "race", "drafted", "acceptance_rate_drafted"} <= set(ex), b["name"]
+            assert ex["race"]["rounds"] == ex["rounds"] == b["stats"]["rounds"] == len(ex["speedup_rounds"])
+    doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
+    assert doc["race"]["cap_rounds"] == 3 and set(doc["race"]["cases"]) == {
+        f"{m}-w{w}" for m in speculative_ids() for w in WIDTHS}
+    assert doc["methods"]["normal"]["activity"]["status"] == "no draft"
+    for mid in speculative_ids():
+        m = doc["methods"][mid]
+        assert m["activity"]["status"] in (("baseline",) if mid == "dflash" else ("active", "inactive")), mid
+        if m["activity"]["status"] == "inactive":
+            assert m["activity"]["why"] == METHODS[mid].why_inactive
+        for row in m["rows"].values():
+            a = row["activity"]
+            assert a["rounds"] > 0 and a["rounds_differ"] <= a["rounds"] and a["net"] == a["gained"] - a["lost"]
+            assert row["drafted"] >= row["proposed"] and a["accepted"] == row["accepted"]
+            assert (a["rounds_differ"] == 0) == (a["status"] in ("baseline", "inactive"))
+    assert all(a["rounds_differ"] == 0 for a in (r["activity"] for r in doc["methods"]["dflash"]["rows"].values()))
+
+
 def test_report_cli_rebuilds_the_saved_run(smoke_run, tmp_path):
     from dflash_core.report.__main__ import main as report_main
 

@@ -165,3 +165,14 @@ def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
     for k in ("a-w2", "b-w2"):
         last = cases[k][1][-1]
         assert last[0] is None and last[1]["race"] == rec["cases"][k]
+
+
+def test_race_line_says_what_racing_did():
+    from dflash_core.report.plugin import race_line
+
+    rec = race({"a": [1.5, 1.6, 1.4], "b": [1.5, 1.6, 1.4], "c": [0.5, 0.5, 0.5]},
+               TimingModel({"a": 1.5, "b": 1.5, "c": 0.5}, sd=0.0, cycle=(-0.1, 0.1, 0.0)).step, 3, 2,
+               clock=FakeClock())
+    line = race_line(rec)
+    assert line.startswith("dflash race: 2 of 3 cases raced (leader ") and "+6 paired rounds" in line
+    assert "still unresolved: " in line and race_line(None) is None

@@ -75,12 +75,27 @@ def case_line(name: str, extra_info: dict) -> str | None:
             f"{verdict}" + (f" ({ties} tie)" if ties else ""))
 
 
+def race_line(rec: dict | None) -> str | None:
+    """One progress line after racing: how many cases it raced, the rounds it added, and what stays unresolved."""
+    if not rec:
+        return None
+    cases = rec.get("cases") or {}
+    raced = [k for k, c in cases.items() if c.get("extra_rounds")]
+    extra = sum(c.get("extra_rounds", 0) for c in cases.values())
+    left = rec.get("unresolved") or []
+    return (f"dflash race: {len(raced)} of {len(cases)} cases raced (leader {rec.get('leader')}); +{extra} paired "
+            f"rounds in {rec.get('spent_seconds', 0.0):.0f} s (cap {rec.get('cap_rounds')} rounds per case); "
+            + (f"still unresolved: {', '.join(left)}" if left else "the leader is resolved"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """`bench` shows dots for minutes otherwise: say each case's result as soon as it is measured."""
     yield
     bm = getattr(item, "funcargs", {}).get("benchmark")
     line = case_line(item.name, getattr(bm, "extra_info", None) or {}) if bm is not None else None
+    if getattr(item, "originalname", None) == "test_race":
+        line = race_line(getattr(item.config.stash.get(SESSION_STASH, None), "race", None))
     tr = item.config.pluginmanager.get_plugin("terminalreporter")
     if line and tr is not None:
         tr.write_line(line)
