@@ -21,7 +21,7 @@ from .goals import goals
 from .stats import aa_noise, bootstrap_ci, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_NOISE_THRESHOLD = 0.05  # options.py's noise_threshold default, for saved runs that predate the gate
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
