@@ -128,8 +128,9 @@ class BenchSession:
             "provenance": {"versions": versions(), "seeds": man.get("seeds"),
                            "artifacts": {"directory": str(self.prepared.directory), "files": man.get("files"),
                                          "created_utc": man.get("created_utc")},
-                           "drafter": {k: man.get("drafter", {}).get(k) for k in ("config", "parameters",
-                                                                                   "final_loss")},
+                           "drafter": {k: man.get("drafter", {}).get(k) for k in (
+                               "config", "parameters", "final_loss", "heldout_position_accuracy",
+                               "train_position_accuracy", "heldout_sequences", "best_step")},
                            "fits": man.get("fits")},
             "calibration": self.calibration,
             "tuned_widths": self.tuned_widths,

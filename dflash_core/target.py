@@ -416,3 +416,47 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
         apply_kernels(model, kpath)
         rt.kernels = kpath
     return rt
+
+
+# --- batched teacher work (prepare) -------------------------------------------------------------
+
+def batch_greedy(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int) -> list[list[int]]:
+    """Greedy continuations (exactly `new_tokens`, no EOS stop) of equal-length prompts in one cached batch.
+
+    No padding, so every row computes what a one-prompt decode computes; only the batched matmuls' summation
+    order can differ (float64: identical ids; float32: near-ties may flip). For teacher data, not decoding.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    lens = {len(p) for p in prompts}
+    if len(lens) != 1 or 0 in lens:
+        raise BadInputError(f"batch_greedy needs non-empty prompts of one length, got lengths {sorted(lens)}: "
+                            "bucket the prompts by length first (train.trajectories does)")
+    if new_tokens <= 0:
+        return [[] for _ in prompts]
+    cache = DynamicCache(config=rt.model.config)
+    inp = torch.tensor([list(p) for p in prompts], dtype=torch.long, device=rt.device)
+    cols = []
+    with torch.inference_mode():
+        for _ in range(new_tokens):
+            out = rt.model(input_ids=inp, cache=cache, use_cache=True, logits_to_keep=1)
+            inp = out.logits[:, -1].argmax(dim=-1, keepdim=True)
+            cols.append(inp)
+    return torch.cat(cols, dim=1).tolist()
+
+
+def batch_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int]) -> list[Any]:
+    """Hidden-state taps of every row of equal-length sequences, one uncached forward for the batch
+    (the same rows `TargetSession.prefill(..., taps=...)` returns for each sequence alone)."""
+    import torch
+
+    lens = {len(s) for s in seqs}
+    if len(lens) != 1 or 0 in lens:
+        raise BadInputError(f"batch_taps needs non-empty sequences of one length, got lengths {sorted(lens)}")
+    inp = torch.tensor([list(s) for s in seqs], dtype=torch.long, device=rt.device)
+    with torch.inference_mode():
+        out = rt.model(input_ids=inp, use_cache=False, logits_to_keep=1,
+                       output_hidden_states=[int(t) + 1 for t in taps])
+        hidden = torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).cpu()
+    return list(hidden.unbind(0))

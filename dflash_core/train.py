@@ -9,8 +9,10 @@ rows strictly before its anchor and its own B+1 rows, exactly what it sees at in
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
+import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -18,7 +20,6 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.nn import functional as F
 
-from .decode import greedy
 from .drafter import DFlashDrafter, DrafterConfig, init_drafter
 from .target import TargetRuntime
 
@@ -35,16 +36,40 @@ class TrainConfig:
     gamma: float = 4.0
     seed: int = 7
     warmup: int = 30
+    val_fraction: float = 0.1  # whole trajectories held out (seeded) to stop on and to report
+    eval_every: int = 50  # steps between held-out evaluations
+    patience: int = 4  # evaluations without a better held-out accuracy before stopping early
+    val_sequences: int = 128  # held-out trajectories evaluated (a fixed seeded subset when there are more)
 
 
-def trajectories(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int, progress: bool = False):
-    """prompt + the target's greedy continuation, for every prompt (cached greedy, exact)."""
+TEACHER_BATCH = 128  # prompts per batched teacher forward: fills 2 cores on the mini target, small in memory
+
+
+def length_buckets(seqs: Sequence[Sequence[int]], size: int) -> list[list[int]]:
+    """Indices of `seqs` grouped by length (then chunked to `size`): batches that need no padding."""
+    by_len: dict[int, list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_len.setdefault(len(s), []).append(i)
+    return [idx[j:j + size] for _, idx in sorted(by_len.items()) for j in range(0, len(idx), size)]
+
+
+def trajectories(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int, progress: bool = False,
+                 batch: int = TEACHER_BATCH):
+    """prompt + the target's greedy continuation (exactly `new_tokens`, no EOS stop), for every prompt.
+
+    Prompts of equal length run as one cached batch (`target.batch_greedy`, no padding): identical ids to
+    one-at-a-time greedy in float64; in float32 a near-tie can flip, which teacher data tolerates (it is
+    training data, not a decode under test). `batch=1` is the one-at-a-time reference.
+    """
     from .progress import logged
+    from .target import batch_greedy
 
-    out = []
-    for p in logged(prompts, "teacher trajectories", len(prompts), log, bar=progress):
-        ids, _ = greedy(rt, list(p), new_tokens)
-        out.append(list(p) + ids)
+    prompts = [list(p) for p in prompts]
+    out: list[list[int] | None] = [None] * len(prompts)
+    buckets = length_buckets(prompts, batch)
+    for idx in logged(buckets, "teacher batches", len(buckets), log, bar=progress):
+        for i, cont in zip(idx, batch_greedy(rt, [prompts[i] for i in idx], new_tokens)):
+            out[i] = prompts[i] + cont
     return out
 
 
@@ -53,6 +78,20 @@ def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) 
     sess = rt.session(recording=False)
     out = sess.prefill(list(seq), taps=taps)
     return out.hidden.detach().cpu()
+
+
+def trajectories_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int],
+                      batch: int = TEACHER_BATCH, progress: bool = False) -> list[torch.Tensor]:
+    """`trajectory_taps` of every sequence, equal-length sequences batched into one forward."""
+    from .progress import logged
+    from .target import batch_taps
+
+    out: list[torch.Tensor | None] = [None] * len(seqs)
+    buckets = length_buckets(seqs, batch)
+    for idx in logged(buckets, "target taps", len(buckets), log, bar=progress):
+        for i, h in zip(idx, batch_taps(rt, [seqs[i] for i in idx], taps)):
+            out[i] = h
+    return out
 
 
 def _batch(seqs, feats, idx, cfg: DrafterConfig, anchors: int, gen: torch.Generator):
@@ -103,29 +142,82 @@ def block_loss(drafter: DFlashDrafter, embed, head, tok, ft, anc, gamma: float):
     return loss, acc
 
 
+def split_trajectories(n: int, seed: int, fraction: float) -> tuple[list[int], list[int]]:
+    """(train, held-out) trajectory indices: a seeded permutation, ~`fraction` held out (at least one, never
+    all, none when n < 2 or fraction is 0). Whole trajectories: neighbouring anchors share their context."""
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    k = min(max(1, round(n * fraction)), n - 1) if n >= 2 and fraction > 0 else 0
+    return sorted(order[k:]), sorted(order[:k])
+
+
+@torch.no_grad()
+def eval_accuracy(drafter: DFlashDrafter, embed, head, seqs, feats, idx: list[int], anchors: int, seed: int,
+                  batch: int) -> tuple[list[float], float]:
+    """Teacher-forced per-position accuracy (and loss) of the drafter on trajectories `idx`, at fixed seeded
+    anchors (the same anchors every call, so successive evaluations compare like with like)."""
+    cfg = drafter.cfg
+    gen = torch.Generator().manual_seed(seed)
+    was = drafter.training
+    drafter.eval()
+    hits = torch.zeros(cfg.block_size, dtype=torch.float64)
+    loss_sum, n = 0.0, 0
+    for j in range(0, len(idx), batch):
+        part = idx[j:j + batch]
+        tok, ft, anc = _batch(seqs, feats, part, cfg, anchors, gen)
+        with torch.autocast("cpu", enabled=False):
+            loss, acc = block_loss(drafter, embed, head, tok, ft, anc, 4.0)
+        hits += acc.double() * len(part)
+        loss_sum += float(loss) * len(part)
+        n += len(part)
+    drafter.train(was)
+    return (hits / max(n, 1)).tolist(), loss_sum / max(n, 1)
+
+
 def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig, tcfg: TrainConfig,
                   progress: bool = False) -> tuple[DFlashDrafter, dict]:
     """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest."""
-    from .progress import Progress, logged
+    from .progress import Progress
 
     t0 = time.perf_counter()
     embed = rt.model.get_input_embeddings()
     head = rt.model.get_output_embeddings()
     seqs = [s for s in seqs if len(s) > dcfg.block_size + 2]
-    feats = [trajectory_taps(rt, s, dcfg.taps) for s in logged(seqs, "target taps", len(seqs), log, bar=progress)]
+    feats = trajectories_taps(rt, seqs, dcfg.taps, progress=progress)
+    train_ids, val_ids = split_trajectories(len(seqs), tcfg.seed, tcfg.val_fraction)
+    if len(val_ids) > tcfg.val_sequences:
+        val_ids = sorted(random.Random(tcfg.seed + 2).sample(val_ids, tcfg.val_sequences))
     drafter = init_drafter(dcfg, tcfg.seed).to(embed.weight.dtype)  # train in the target's dtype
     for p in list(embed.parameters()) + list(head.parameters()):
         p.requires_grad_(False)
     opt = torch.optim.AdamW(drafter.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     gen = torch.Generator().manual_seed(tcfg.seed + 1)
-    losses, accs = [], []
+    losses, accs, curve = [], [], []
+    best: dict = {"score": -1.0, "step": 0, "state": None, "acc": None, "loss": None}
+    since_best = 0
     drafter.train()
     bar = Progress("train drafter", tcfg.steps, log, bar=progress)
+
+    def evaluate(step: int) -> None:
+        nonlocal since_best
+        acc, vloss = eval_accuracy(drafter, embed, head, seqs, feats, val_ids, tcfg.anchors_per_sequence,
+                                   tcfg.seed + 3, tcfg.batch_sequences)
+        score = sum(acc) / len(acc)
+        curve.append({"step": step, "heldout_mean_accuracy": score, "heldout_loss": vloss})
+        log.info("step %d: held-out accuracy per position %s (mean %.3f), loss %.3f", step,
+                 " ".join(f"{a:.2f}" for a in acc), score, vloss)
+        if score > best["score"]:
+            best.update(score=score, step=step, state=copy.deepcopy(drafter.state_dict()), acc=acc, loss=vloss)
+            since_best = 0
+        else:
+            since_best += 1
+
     for step in range(tcfg.steps):
         lr = tcfg.lr * min(1.0, (step + 1) / tcfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / tcfg.steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        idx = torch.randint(len(seqs), (min(tcfg.batch_sequences, len(seqs)),), generator=gen).tolist()
+        idx = [train_ids[i] for i in
+               torch.randint(len(train_ids), (min(tcfg.batch_sequences, len(train_ids)),), generator=gen).tolist()]
         tok, ft, anc = _batch(seqs, feats, idx, dcfg, tcfg.anchors_per_sequence, gen)
         with torch.autocast("cpu", enabled=False):
             loss, acc = block_loss(drafter, embed, head, tok, ft, anc, tcfg.gamma)
@@ -136,15 +228,36 @@ def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig,
         losses.append(loss.item())
         accs.append(acc.tolist())
         bar.update(1, f"loss {losses[-1]:.3f}")
+        if val_ids and ((step + 1) % tcfg.eval_every == 0 or step + 1 == tcfg.steps):
+            evaluate(step + 1)
+            if since_best >= tcfg.patience:
+                log.info("held-out accuracy did not improve for %d evaluations: stopping at step %d (best %d)",
+                         since_best, step + 1, best["step"])
+                break
     bar.close()
+    if best["state"] is not None:
+        drafter.load_state_dict(best["state"])  # the best held-out state, not the last one
     drafter.eval()
     tail = max(1, min(50, len(losses)))
+    # the train split evaluated exactly like the held-out one (same anchors rule, same count): the gap is overfit
+    train_eval = sorted(random.Random(tcfg.seed + 4).sample(train_ids, min(len(train_ids), max(len(val_ids), 1))))
+    train_acc, train_loss = eval_accuracy(drafter, embed, head, seqs, feats, train_eval, tcfg.anchors_per_sequence,
+                                          tcfg.seed + 3, tcfg.batch_sequences)
     metrics = {
         "train_config": asdict(tcfg),
         "sequences": len(seqs),
+        "train_sequences": len(train_ids),
+        "heldout_sequences": len(val_ids),
         "final_loss": sum(losses[-tail:]) / tail,
         "first_loss": losses[0] if losses else None,
         "position_accuracy": [sum(a[k] for a in accs[-tail:]) / tail for k in range(dcfg.block_size)],
+        "train_position_accuracy": train_acc,
+        "train_eval_loss": train_loss,
+        "heldout_position_accuracy": best["acc"],
+        "heldout_loss": best["loss"],
+        "best_step": best["step"] if best["state"] is not None else len(losses),
+        "steps_run": len(losses),
+        "heldout_curve": curve,
         "seconds": time.perf_counter() - t0,
     }
     return drafter, metrics

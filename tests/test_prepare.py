@@ -124,3 +124,28 @@ def test_artifacts_are_found_from_any_run_dtype(tiny_prepared):
     assert target_identity(bf16) == target_identity(fp32)
     home = tiny_prepared.home
     assert load_prepared(bf16, home=home).directory == load_prepared(fp32, home=home).directory
+
+
+def test_every_method_accepts_widths_up_to_a_block_of_16(tiny_dir, tmp_path):
+    """Nothing caps widths below the drafter's block size: a B=16 drafter decodes exactly at width 16 with
+    every speculative method, and width 17 is refused with the bound in the message."""
+    from dataclasses import replace
+
+    from dflash_core.decode import greedy, speculative
+    from dflash_core.errors import BadInputError
+    from dflash_core.methods import get_method, speculative_ids
+
+    rt32 = load_target(str(tiny_dir), "cpu", "float32")
+    prepare(str(tiny_dir), home=tmp_path, cfg=replace(TINY_PREP, block_size=16, traj_tokens=32), rt=rt32,
+            progress=False)
+    rt = load_target(str(tiny_dir), "cpu", "float64")
+    prep = load_prepared(rt, home=tmp_path)
+    assert prep.drafter.cfg.block_size == 16
+    prompt = [5, 17, 33, 2, 9, 41]
+    ref, _ = greedy(rt, prompt, 40)
+    for method in speculative_ids():
+        got, stats = speculative(rt, get_method(method).build(rt, prep), prompt, 40, 16, method=method)
+        assert got == ref, method
+        assert stats.width == 16 and len(stats.accept_counts) == 17
+        with pytest.raises(BadInputError, match=r"1\.\.16"):
+            speculative(rt, get_method(method).build(rt, prep), prompt, 8, 17, method=method)

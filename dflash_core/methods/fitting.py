@@ -2,9 +2,10 @@
 of whole trajectories, head training, closed-form ridge and the benchmark-prompt refusal.
 
 Two sets of fit examples exist on purpose: the selector heads (02-05) train on the top-16 candidates at
-anchors spread to about 4096 examples; the corrections (09, 12, 14) on the top-8 at every anchor (or a
-stride, when `aux_max_examples` caps them). Both come from `examples.draft_examples` and are cached on
-the FitContext, so each is computed once however many fitters read it.
+anchors spread to about 4096 examples; the corrections (09, 12, 14) on the top-8 at every
+anchor up to about 12288 (beyond that, or beyond `aux_max_examples`, a stride spreads them over every
+trajectory). Both come from `examples.draft_examples` and are cached on the FitContext, so each is computed
+once however many fitters read it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from .examples import DraftExamples, draft_examples
 
 HEAD_TOP_K = 16  # candidates per position the selector heads train on (inference default K=8 is a subset)
 HEAD_TARGET_EXAMPLES = 4096  # enough for aux_steps x 64-example batches; more only slows prepare down
+CORRECTION_TARGET_EXAMPLES = 12288  # about every anchor of the 224 trajectories prepare made before batching:
+# the corrections' fits cost grows with their examples, so more teacher data must not make prepare slower
 CORRECTION_TOP_K = 8  # candidates per slot for the corrections (V12 K, DSpark K, V14 uses the first 2)
 HOLDOUT_FRACTION = 0.2
 
@@ -57,10 +60,10 @@ def head_examples(ctx) -> DraftExamples:
 
 
 def correction_examples(ctx) -> DraftExamples:
-    """Fit examples of the corrections (09, 12, 14): every anchor, or strided to cover every trajectory
-    when `aux_max_examples` caps them (a split by trajectory needs several)."""
-    cap = ctx.cfg.aux_max_examples
-    stride = max(1, -(-_anchor_count(ctx) // cap)) if cap else 1
+    """Fit examples of the corrections (09, 12, 14): every anchor up to about CORRECTION_TARGET_EXAMPLES (or
+    `aux_max_examples` when smaller), strided to cover every trajectory (a split by trajectory needs several)."""
+    cap = min(ctx.cfg.aux_max_examples or CORRECTION_TARGET_EXAMPLES, CORRECTION_TARGET_EXAMPLES)
+    stride = max(1, -(-_anchor_count(ctx) // cap))
     return cached_examples(ctx, top_k=min(CORRECTION_TOP_K, ctx.rt.vocab_size), stride=stride, max_examples=cap)
 
 

@@ -312,7 +312,21 @@ def _provenance(doc: dict) -> str:
     pv = doc.get("provenance", {})
     items = {"target": doc.get("target"), "settings": doc.get("settings"), "versions": pv.get("versions"),
              "seeds": pv.get("seeds"), "artifacts": pv.get("artifacts"), "runs": doc.get("runs")}
-    return "<pre style='white-space:pre-wrap;font-size:12px'>" + _e(json.dumps(items, indent=1)) + "</pre>"
+    return _drafter_accuracy(pv.get("drafter") or {}) + \
+        "<pre style='white-space:pre-wrap;font-size:12px'>" + _e(json.dumps(items, indent=1)) + "</pre>"
+
+
+def _drafter_accuracy(dr: dict) -> str:
+    """One line: the drafter's teacher-forced accuracy per draft position, held-out vs training trajectories."""
+    held, train = dr.get("heldout_position_accuracy"), dr.get("train_position_accuracy")
+    if not isinstance(held, list) or not held:
+        return ""
+
+    def row(xs):
+        return " ".join(_f(x, 2) for x in xs) if isinstance(xs, list) else "–"
+    return (f"<p>Drafter teacher-forced accuracy per draft position (1..{len(held)}): held-out trajectories "
+            f"<b>{row(held)}</b> ({_e(dr.get('heldout_sequences', '?'))} trajectories) · training "
+            f"{row(train)} · kept step {_e(dr.get('best_step', '?'))}.</p>")
 
 
 def render_report(doc: dict) -> str:

@@ -1,0 +1,119 @@
+"""Teacher data and drafter training: batched teacher generation equals one-at-a-time greedy (float64),
+the held-out split shares no trajectory with training, and early stopping returns the best held-out state."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dflash_core.decode import greedy
+from dflash_core.drafter import DrafterConfig
+from dflash_core.errors import BadInputError
+from dflash_core.target import TargetRuntime, batch_greedy, batch_taps
+from dflash_core.testing import TinySpec, build_tiny
+from dflash_core.train import (
+    TrainConfig,
+    eval_accuracy,
+    length_buckets,
+    split_trajectories,
+    train_drafter,
+    trajectories,
+    trajectory_taps,
+)
+
+
+@pytest.fixture(scope="module")
+def rt64():
+    return TargetRuntime.from_model(build_tiny(TinySpec(pattern="CCACAC", dtype="float64")))
+
+
+# Several prompts share a length (so they share a batch) and some stand alone; ids avoid 0 (pad).
+seed_sets = st.lists(st.lists(st.integers(1, 95), min_size=1, max_size=9), min_size=1, max_size=10)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompts=seed_sets, new_tokens=st.integers(0, 12), batch=st.integers(1, 4))
+def test_batched_teacher_equals_one_at_a_time_greedy(rt64, prompts, new_tokens, batch):
+    got = trajectories(rt64, prompts, new_tokens, batch=batch)
+    want = [p + greedy(rt64, p, new_tokens)[0] for p in prompts]
+    assert got == want
+
+
+def test_batched_teacher_never_stops_at_eos(rt64):
+    """Teacher continuations have exactly `new_tokens` ids, as `greedy` without stop_at_eos does."""
+    eos = rt64.eos_token_id
+    cont = batch_greedy(rt64, [[eos, eos], [3, 4]], 6)
+    assert [len(c) for c in cont] == [6, 6]
+
+
+def test_batched_taps_match_one_forward_per_sequence(rt64):
+    seqs = [[5, 6, 7, 8, 9], [9, 8, 7, 6, 5], [1, 2, 3, 4, 5]]
+    got = batch_taps(rt64, seqs, (0, 3))
+    for s, h in zip(seqs, got):
+        torch.testing.assert_close(h, trajectory_taps(rt64, s, (0, 3)), rtol=0, atol=1e-12)
+
+
+def test_batch_helpers_refuse_mixed_lengths(rt64):
+    with pytest.raises(BadInputError, match="bucket the prompts by length"):
+        batch_greedy(rt64, [[1, 2], [1, 2, 3]], 2)
+    with pytest.raises(BadInputError, match="one length"):
+        batch_taps(rt64, [[1, 2], [1]], (0,))
+
+
+def test_length_buckets_cover_every_index_once_without_padding():
+    seqs = [[0] * n for n in (3, 1, 3, 2, 3, 3, 1)]
+    buckets = length_buckets(seqs, 2)
+    assert sorted(i for b in buckets for i in b) == list(range(len(seqs)))
+    assert all(len(b) <= 2 and len({len(seqs[i]) for i in b}) == 1 for b in buckets)
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 224, 2000])
+def test_split_holds_out_whole_trajectories_disjointly(n):
+    train, held = split_trajectories(n, seed=7, fraction=0.1)
+    assert set(train).isdisjoint(held)
+    assert sorted(train + held) == list(range(n))
+    assert 1 <= len(held) <= max(1, round(n * 0.1)) and train
+    assert split_trajectories(n, seed=7, fraction=0.1) == (train, held)  # seeded
+
+
+def test_split_with_one_trajectory_or_no_fraction_holds_nothing_out():
+    assert split_trajectories(1, 7, 0.1) == ([0], [])
+    assert split_trajectories(5, 7, 0.0) == ([0, 1, 2, 3, 4], [])
+
+
+def _tiny_training(tcfg: TrainConfig):
+    model = build_tiny(TinySpec(pattern="CACA", dtype="float32", vocab_size=64, hidden_size=32,
+                                intermediate_size=64))
+    rt = TargetRuntime.from_model(model)
+    r = random.Random(0)
+    starts_steps = [(r.randrange(1, 64), r.randrange(1, 4)) for _ in range(20)]
+    seqs = [[(a + d * i) % 63 + 1 for i in range(14)] for a, d in starts_steps]  # arithmetic runs
+    dcfg = DrafterConfig(hidden_size=32, vocab_size=64, taps=(1,), block_size=4, num_layers=1, num_heads=4,
+                         intermediate_size=64)
+    drafter, metrics = train_drafter(rt, seqs, dcfg, tcfg)
+    return rt, seqs, drafter, metrics
+
+
+def test_early_stopping_returns_the_best_heldout_state():
+    # a large learning rate on 15 short trajectories: held-out accuracy peaks and then falls, so training stops
+    tcfg = TrainConfig(steps=120, batch_sequences=4, anchors_per_sequence=4, lr=0.05, warmup=1, val_fraction=0.25,
+                       eval_every=2, patience=5, seed=3)
+    rt, seqs, drafter, m = _tiny_training(tcfg)
+    curve = m["heldout_curve"]
+    best = max(c["heldout_mean_accuracy"] for c in curve)
+    assert m["steps_run"] < tcfg.steps  # it stopped early ...
+    assert curve[-1]["heldout_mean_accuracy"] < best  # ... after the state had got worse than the best
+    assert m["best_step"] < m["steps_run"]
+    train_ids, val_ids = split_trajectories(len(seqs), tcfg.seed, tcfg.val_fraction)
+    assert m["heldout_sequences"] == len(val_ids) and m["train_sequences"] == len(train_ids)
+    embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+    feats = [trajectory_taps(rt, s, (1,)) for s in seqs]
+    acc, _ = eval_accuracy(drafter, embed, head, seqs, feats, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
+                           tcfg.batch_sequences)
+    assert acc == m["heldout_position_accuracy"]  # the returned drafter is the best one, not the last one
+    assert sum(acc) / len(acc) == best
+    assert len(m["train_position_accuracy"]) == drafter.cfg.block_size
