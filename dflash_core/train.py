@@ -105,8 +105,14 @@ def block_loss(drafter: DFlashDrafter, embed, head, tok, ft, anc, gamma: float):
 
 def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig, tcfg: TrainConfig,
                   progress: bool = False) -> tuple[DFlashDrafter, dict]:
-    """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest."""
+    """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest.
+
+    Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
+    """
+    from .heldout import check_sequences
     from .progress import Progress, logged
+
+    check_sequences(rt, seqs, "drafter training")
 
     t0 = time.perf_counter()
     embed = rt.model.get_input_embeddings()
