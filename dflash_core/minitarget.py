@@ -118,6 +118,16 @@ def corpus_texts(cfg: MiniTargetConfig = MiniTargetConfig()) -> list[str]:
     return [p.read_text(encoding="utf-8") for p in corpus_files(cfg)]
 
 
+def check_corpus(texts: list[str], names: list[str] | None = None) -> None:
+    """Refuse a corpus that shares a normalised n-gram with a shipped benchmark or calibration prompt
+    (`heldout`, DESIGN contract 6): a target that memorised a held-out prompt makes the benchmark measure
+    recall. The build and `prepare` (which cuts train seeds from the corpus) both call it."""
+    from .heldout import check_clean, shipped_held_out
+
+    check_clean(texts, shipped_held_out(), "the mini target's corpus", names=names,
+                fix="choose benchmark and calibration prompts (data/prompts.json) that are absent from the corpus")
+
+
 def corpus_sha256(texts: list[str]) -> str:
     """sha256 of the concatenated corpus, recorded so any drift in the corpus is visible."""
     h = hashlib.sha256()
@@ -315,6 +325,7 @@ def build_mini_target(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts = corpus_texts(cfg)
+    check_corpus(texts, [p.name for p in corpus_files(cfg)])
     tokenizer = train_tokenizer(texts, cfg)
     model, stats = train_model(tokenizer, texts, cfg, progress=progress)
     with _torch_threads(cfg.threads):

@@ -79,26 +79,65 @@ def family_for(rt, cfg: PrepareConfig) -> str:
 
 
 def train_seed_ids(rt, cfg: PrepareConfig, family: str) -> list[list[int]]:
-    """Encoded train seeds. Mini adds deterministic corpus lines; tokenizer-less targets get random ids."""
+    """Encoded train seeds. Mini adds deterministic corpus lines; tokenizer-less targets get random ids.
+
+    Held-out guard (`heldout`): the family's seeds are refused if one shares an n-gram with a benchmark or
+    calibration prompt; for the mini target the whole corpus is checked first (refused if it leaks: a
+    target that memorised a held-out prompt cannot be fixed by dropping seeds), so the lines cut from it
+    are clean by construction (units never span lines), and re-checked all the same.
+    """
     from .data import load_prompts
+    from .heldout import check_clean, shipped_held_out
 
     if rt.tokenizer is None:
         r = random.Random(cfg.seed)
         n = max(cfg.random_seeds, 8)
         return [[r.randrange(3, rt.vocab_size) for _ in range(r.randrange(2, 12))] for _ in range(n)]
+    held = shipped_held_out()
     ps = load_prompts(family)
     texts = list(ps.train)
+    check_clean(texts, held, f"the {family!r} train seeds", names=[repr(t) for t in texts],
+                fix="remove or change that train seed in data/prompts.json")
     corpus_files = getattr(rt, "info", {}).get("mini_corpus_files")  # set when the checkpoint is a mini target
-    if corpus_files and cfg.corpus_seeds:
-        from .minitarget import MiniTargetConfig, corpus_texts
+    if corpus_files:
+        from .minitarget import MiniTargetConfig, check_corpus, corpus_texts
+        from .minitarget import corpus_files as corpus_paths
 
-        held = {p.strip() for p in ps.benchmark + ps.calibration}
-        lines = [ln.rstrip() for t in corpus_texts(MiniTargetConfig(corpus_files=corpus_files))
-                 for ln in t.splitlines()]
-        lines = [ln for ln in lines if 12 <= len(ln.strip()) <= 80 and ln.strip() not in held]
-        r = random.Random(cfg.seed)
-        texts += r.sample(lines, min(cfg.corpus_seeds, len(lines)))
+        mcfg = MiniTargetConfig(corpus_files=corpus_files)
+        corpus = corpus_texts(mcfg)
+        check_corpus(corpus, [p.name for p in corpus_paths(mcfg)])
+        if cfg.corpus_seeds:
+            lines = [ln.rstrip() for t in corpus for ln in t.splitlines()]
+            lines = [ln for ln in lines if 12 <= len(ln.strip()) <= 80]
+            r = random.Random(cfg.seed)
+            cut = r.sample(lines, min(cfg.corpus_seeds, len(lines)))
+            check_clean(cut, held, "the train seeds cut from the corpus", names=[repr(t) for t in cut])
+            texts += cut
     return [rt.encode(t) for t in texts]
+
+
+def drop_leaking_trajectories(rt, trajs: list[list[int]], seeds: list[list[int]]):
+    """Teacher trajectories are generated text: one that shares an n-gram with a held-out prompt is dropped
+    (with its seed) before anything trains on it. Returns (trajectories, seeds, held-out record)."""
+    from .heldout import NO_TEXT_REASON, UNIT_RULE, decoder_of, filter_clean, shipped_held_out
+
+    held = shipped_held_out()
+    record: dict[str, Any] = {"rule": UNIT_RULE, "held_out_ngrams": len(held.grams)}
+    decode = decoder_of(rt)
+    if decode is None:
+        _log(f"held-out check of the teacher trajectories skipped: {NO_TEXT_REASON}")
+        return trajs, seeds, {**record, "trajectories_checked": False, "why_unchecked": NO_TEXT_REASON}
+    keep, drop = filter_clean([decode(t) for t in trajs], held)
+    if drop:
+        log.warning("dropped %d of %d teacher trajectories that share an n-gram with a held-out prompt (%s)",
+                    len(drop), len(trajs), drop[:8])
+    if not keep:
+        raise BadInputError("every teacher trajectory shares an n-gram with a held-out prompt: choose other train "
+                            "seeds or held-out prompts (data/prompts.json)")
+    record.update({"trajectories_checked": True, "trajectories_generated": len(trajs),
+                   "trajectories_dropped": len(drop), "dropped_indexes": drop,
+                   "corpus_checked": bool(getattr(rt, "info", {}).get("mini_corpus_files"))})
+    return [trajs[i] for i in keep], [seeds[i] for i in keep], record
 
 
 def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
@@ -193,6 +232,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     trajs = trajectories(rt, seeds, cfg.traj_tokens, progress=progress)
     t_traj = time.perf_counter() - t0
     _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
+    trajs, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
     dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size,
                          taps=default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers)),
                          block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
@@ -223,6 +263,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj,
                     "tokens": len(trajs) * cfg.traj_tokens, "batched": "by prompt length, no padding"},
         "fits": fits,
+        "held_out": held_record,
         "prepare_seconds": time.perf_counter() - t_start,
     }
     write_manifest(out, ident, files, extra)

@@ -176,8 +176,14 @@ def eval_accuracy(drafter: DFlashDrafter, embed, head, seqs, feats, idx: list[in
 
 def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig, tcfg: TrainConfig,
                   progress: bool = False) -> tuple[DFlashDrafter, dict]:
-    """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest."""
+    """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest.
+
+    Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
+    """
+    from .heldout import check_sequences
     from .progress import Progress
+
+    check_sequences(rt, seqs, "drafter training")
 
     t0 = time.perf_counter()
     embed = rt.model.get_input_embeddings()

@@ -17,7 +17,6 @@ import torch
 
 from ..artifacts import torch_bytes
 from ..drafter import parameter_count
-from ..errors import BadInputError
 from .examples import DraftExamples, draft_examples
 
 HEAD_TOP_K = 16  # candidates per position the selector heads train on (inference default K=8 is a subset)
@@ -187,20 +186,8 @@ def ridge(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
 # --- held-out discipline ------------------------------------------------------------------------------
 
 def refuse_benchmark_trajectories(ctx, purpose: str) -> None:
-    """Held-out discipline for fitting: no trajectory may start from a benchmark prompt.
+    """Held-out discipline for fitting: a thin wrapper of the one guard (`heldout.check_sequences`), which
+    `Fitter.__call__` also runs before every fit. Targets without a tokenizer have no text to check."""
+    from ..heldout import check_sequences
 
-    Checks the decoded prompt text (via `data.refuse_benchmark`) and the exact prompt ids. Targets without
-    a tokenizer train on seeded random ids, which cannot be benchmark prompts.
-    """
-    rt = ctx.rt
-    if getattr(rt, "tokenizer", None) is None:
-        return
-    from ..data import load_prompts, refuse_benchmark
-
-    prompts = [list(seq[:plen]) for seq, plen in zip(ctx.trajectories, ctx.prompt_lens)]
-    refuse_benchmark([rt.decode(p) for p in prompts], ctx.family, purpose)
-    bench = {tuple(rt.encode(t)) for t in load_prompts(ctx.family).benchmark}
-    leaked = [i for i, p in enumerate(prompts) if tuple(p) in bench]
-    if leaked:
-        raise BadInputError(f"{purpose} was given trajectories {leaked[:3]} that start from benchmark prompts: "
-                            "fit on train seeds only; benchmark prompts are held out")
+    check_sequences(ctx.rt, ctx.trajectories, purpose)
