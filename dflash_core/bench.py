@@ -207,7 +207,7 @@ def _cal_kwargs(sess: BenchSession, texts: list[str]) -> dict:
             "family": sess.family}
 
 
-def _calibrator(name: str):
+def _calibrator(name: str, **extra: Any):
     """Adapter: run `calibrate.<name>` at `width` on the calibration prompts (`ctx`: their ids, greedy
     references and the target's component costs, shared by every calibrator); its choice becomes the options."""
 
@@ -215,7 +215,7 @@ def _calibrator(name: str):
         from . import calibrate
 
         rec = getattr(calibrate, name)(sess.rt, sess.prepared, ctx["ids"], width=width, costs=ctx["costs"],
-                                       refs=ctx["refs"], **_cal_kwargs(sess, texts))
+                                       refs=ctx["refs"], **_cal_kwargs(sess, texts), **extra)
         return {**rec, "selected_options": dict(rec["selected"])}
 
     return run
@@ -241,9 +241,12 @@ def session_costs(sess: BenchSession):
 
 
 # method id -> function(session, calibration prompt texts) -> record with "selected_options"
+# V10/V11 screen their grids on one prompt (stage 1) before all prompts decide (stage 2): with one deterministic
+# decode per setting instead of repeated tok/s trials, this keeps a default bench's calibration, now run at every
+# benchmarked width, within the decodes the single-width tok/s calibration used.
 CALIBRATORS: dict[str, Any] = {"act": _calibrator("calibrate_act"), "dspark_lite": _calibrator("calibrate_dspark"),
-                               "boltzmann_v10": _calibrator("calibrate_v10"),
-                               "gated_mobs_v11": _calibrator("calibrate_v11")}
+                               "boltzmann_v10": _calibrator("calibrate_v10", stage1_prompts=1),
+                               "gated_mobs_v11": _calibrator("calibrate_v11", stage1_prompts=1)}
 
 
 def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
