@@ -139,7 +139,7 @@ def _methods_table(doc: dict) -> str:
             f"<td>{bar} {_f(b['speedup'])}× [{_f(b.get('speedup_q1'), 2)}–{_f(b.get('speedup_q3'), 2)}]</td>"
             f"<td class=ci>{_f(ci[0], 3)}–{_f(ci[1], 3)}</td>"
             f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
-            f"<td class=model>{_f(b.get('model_speedup'))}×</td>{_ratio_cell(b)}"
+            f"<td class=model>{_x(b.get('model_speedup'))}</td>{_ratio_cell(b)}"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td><td>{_f(r.get('guidance_work', 0), 0)}</td>"
             f"<td>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td><td>{ex}</td></tr>")
@@ -157,6 +157,11 @@ def _methods_table(doc: dict) -> str:
             "made right before it, so the two columns can rank methods differently. A width marked post-hoc is the "
             "maximum of the benchmark medians (an optimistic choice made on the data it is reported on); "
             "<code>--tune</code> chooses widths on calibration prompts instead.</p>")
+
+
+def _x(v, nd=3) -> str:
+    """A speedup with its ×, or – where the run has none (saved before the cost model)."""
+    return "–" if v is None else f"{_f(v, nd)}×"
 
 
 def _ratio_cell(b: dict) -> str:
@@ -211,7 +216,7 @@ def _width_table(doc: dict) -> str:
         if mid == "normal":
             continue
         cells = "".join(
-            f"<td>{_f(m['rows'][str(w)]['speedup'], 2)}× (model {_f(m['rows'][str(w)].get('model_speedup'), 2)}×) / "
+            f"<td>{_f(m['rows'][str(w)]['speedup'], 2)}× (model {_x(m['rows'][str(w)].get('model_speedup'), 2)}) / "
             f"τ {_f(m['rows'][str(w)]['tokens_per_target_call'], 2)}</td>"
             if str(w) in m["rows"] else "<td>–</td>" for w in widths)
         rows.append(f"<tr><td>{_e(mid)}</td>{cells}</tr>")
