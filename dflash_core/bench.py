@@ -240,10 +240,10 @@ def session_costs(sess: BenchSession):
     return sess.target_costs
 
 
-# method id -> function(session, calibration prompt texts) -> record with "selected_options"
-# V10/V11 screen their grids on one prompt (stage 1) before all prompts decide (stage 2): with one deterministic
-# decode per setting instead of repeated tok/s trials, this keeps a default bench's calibration, now run at every
-# benchmarked width, within the decodes the single-width tok/s calibration used.
+# method id -> function(session, calibration prompt texts, width, shared context) -> record with "selected_options"
+# V10/V11 screen their grids on one prompt (stage 1) before all prompts decide (stage 2, reusing the stage-1
+# decodes): with one deterministic decode per setting instead of two tok/s trials, a default bench's calibration,
+# now run at each of its 3 widths, stays within the decodes the single-width calibration used (318 vs 324).
 CALIBRATORS: dict[str, Any] = {"act": _calibrator("calibrate_act"), "dspark_lite": _calibrator("calibrate_dspark"),
                                "boltzmann_v10": _calibrator("calibrate_v10", stage1_prompts=1),
                                "gated_mobs_v11": _calibrator("calibrate_v11", stage1_prompts=1)}

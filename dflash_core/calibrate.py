@@ -3,20 +3,30 @@ settings by the deterministic cost-model speedup (dflash_core.costmodel), never 
 
 Each setting decodes every calibration prompt once (`repeats` times if asked): the rounds are deterministic,
 and the decode's proposer is timed per component (costmodel.TimedProposer), so the objective is built from
-the setting's own rounds, its own drafter and selection costs (medians per call) and the target's verify
-costs measured once in isolation (`costs`). The best model speedup wins; settings within 1 % of it tie and
-the tie goes to more tokens per target call, then to the earlier (simpler) setting in grid order
-(costmodel.choose). tok/s is still recorded in the table, for reading only.
+the setting's own rounds, its own selection cost, the drafter's costs (the drafter forward is the same for
+every setting, so its medians per call are pooled over all of them: timing noise cannot split settings whose
+rounds are equal) and the target's verify costs measured once in isolation (`costs`). The best model speedup
+wins; settings within 1 % of it tie and the tie goes to more tokens per target call, then to the earlier
+(simpler) setting in grid order (costmodel.choose). tok/s is still recorded in the table, for reading only.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .costmodel import OBJECTIVE, ComponentCosts, TimedProposer, choose, model_speedup, pooled_costs, target_costs
+from .costmodel import (
+    OBJECTIVE,
+    ComponentCosts,
+    ProposerCosts,
+    TimedProposer,
+    choose,
+    model_speedup,
+    pooled_costs,
+    target_costs,
+)
 from .decode import greedy, speculative
 from .spread import median_iqr
 
@@ -35,10 +45,20 @@ class Trial:
     new_tokens: int = 0
     exact: bool = True
 
-    def summary(self, costs: ComponentCosts, timed: bool = True) -> dict:
-        """The table row; `timed=False` uses `costs` whole (an injected table) instead of the timers."""
+    def merged(self, other: "Trial") -> "Trial":
+        """This setting's decodes and those of `other` (the same setting on more prompts) as one trial."""
+        lists = ("tokens_per_second", "acceptance", "tokens_per_call", "guidance", "rounds", "timers")
+        return Trial(self.setting, self.key, **{k: getattr(self, k) + getattr(other, k) for k in lists},
+                     target_calls=self.target_calls + other.target_calls, new_tokens=self.new_tokens + other.new_tokens,
+                     exact=self.exact and other.exact)
+
+    def summary(self, costs: ComponentCosts, shared: ProposerCosts | None = None) -> dict:
+        """The table row. `shared`: the drafter's costs (draft, observe, begin) pooled over every setting, since
+        the drafter forward does not depend on the setting, with this setting's own selection cost; None: use
+        `costs` whole (an injected table)."""
         med, iqr = median_iqr(self.tokens_per_second)
-        full = costs.with_proposer(pooled_costs(self.timers)) if timed else costs
+        full = costs if shared is None else costs.with_proposer(
+            replace(shared, t_select=pooled_costs(self.timers).t_select))
         return {"setting": self.setting, "key": self.key, "all_exact": self.exact,
                 "model_speedup": float(model_speedup(self.rounds, full)),
                 "tokens_per_target_call": self.new_tokens / self.target_calls if self.target_calls else 0.0,
@@ -50,6 +70,12 @@ class Trial:
                 "mean_guidance_work": statistics.fmean(self.guidance) if self.guidance else 0.0}
 
 
+def summarize_trials(trials: Sequence[Trial], costs: ComponentCosts, timed: bool = True) -> list[dict]:
+    """The table: each trial priced by the cost model (`timed=False`: `costs` used whole, an injected table)."""
+    shared = pooled_costs([tm for t in trials for tm in t.timers]) if timed else None
+    return [t.summary(costs, shared) for t in trials]
+
+
 def setting_key(setting: dict) -> str:
     return "|".join(f"{k}={setting[k]}" for k in sorted(setting))
 
@@ -58,8 +84,6 @@ def calibration_costs(rt, prompts: Sequence[Sequence[int]], width: int, costs: C
                       ) -> ComponentCosts:
     """The target's verify costs for calibration: `costs` when given (a session measures them once), else timed
     at the first calibration prompt. Prefill is left out: it is the same for every setting (see costmodel)."""
-    from dataclasses import replace
-
     if costs is None:
         costs = target_costs(rt, list(prompts[0]), width)
     if len(costs.t_verify) <= width:
@@ -68,6 +92,43 @@ def calibration_costs(rt, prompts: Sequence[Sequence[int]], width: int, costs: C
         raise BadInputError(f"the cost table covers widths 0..{len(costs.t_verify) - 1}, not {width}: measure "
                             "target costs up to the drafter's block size (costmodel.target_costs)")
     return replace(costs, t_prefill=0.0)
+
+
+def run_trials(rt, prompts: Sequence[Sequence[int]], refs: Sequence[Sequence[int]], tokens: int,
+               settings: Sequence[dict], make_proposer: Callable[[dict], Any], width: int, *, repeats: int = 1,
+               warmup: bool = True) -> list[Trial]:
+    """Decode every prompt with every setting `repeats` times (setting order rotated per prompt and repeat),
+    each with a timed proposer and a trace: the rounds and component seconds the cost model prices."""
+    trials = [Trial(dict(s), setting_key(s)) for s in settings]
+    if warmup and prompts:
+        speculative(rt, make_proposer(settings[0]), list(prompts[0]), min(tokens, 8), width)
+    n = len(trials)
+    for r in range(repeats):
+        for pi, (p, ref) in enumerate(zip(prompts, refs)):
+            shift = (pi * repeats + r) % n
+            for t in trials[shift:] + trials[:shift]:
+                timer, trace = TimedProposer(make_proposer(t.setting)), []
+                ids, st = speculative(rt, timer, list(p), tokens, width, trace=trace)
+                t.exact &= ids == list(ref)
+                t.rounds.append(trace)
+                t.timers.append(timer)
+                t.target_calls += st.target_calls
+                t.new_tokens += st.new_tokens
+                t.tokens_per_second.append(st.tokens_per_second)
+                t.acceptance.append(st.acceptance_rate)
+                t.tokens_per_call.append(st.tokens_per_target_call)
+                t.guidance.append(st.guidance_work)
+    return trials
+
+
+def _record(table: list[dict], prompts: int, tokens: int, repeats: int, width: int, cost: ComponentCosts) -> dict:
+    best = table[choose(table)]
+    return {"selected": best["setting"], "selected_key": best["key"], "table": table,
+            "protocol": {"prompts": prompts, "tokens": tokens, "repeats": repeats, "width": width,
+                         "order": "rotated per (prompt, repeat)", "objective": OBJECTIVE,
+                         "statistic": "cost-model speedup of the setting's own rounds (costmodel.model_speedup); "
+                                      "drafter costs pooled over the settings, selection cost per setting",
+                         "target_costs": cost.to_dict()}}
 
 
 def calibrate(rt, prompts: Sequence[Sequence[int]], tokens: int, settings: Sequence[dict],
@@ -85,33 +146,8 @@ def calibrate(rt, prompts: Sequence[Sequence[int]], tokens: int, settings: Seque
     prompts = [list(p) for p in prompts]
     refs = [list(r) for r in refs] if refs is not None else [greedy(rt, p, tokens)[0] for p in prompts]
     cost = calibration_costs(rt, prompts, width, costs)
-    trials = [Trial(dict(s), setting_key(s)) for s in settings]
-    if warmup and prompts:
-        speculative(rt, make_proposer(settings[0]), prompts[0], min(tokens, 8), width)
-    n = len(trials)
-    for r in range(repeats):
-        for pi, (p, ref) in enumerate(zip(prompts, refs)):
-            shift = (pi * repeats + r) % n
-            for t in trials[shift:] + trials[:shift]:
-                timer, trace = TimedProposer(make_proposer(t.setting)), []
-                ids, st = speculative(rt, timer, p, tokens, width, trace=trace)
-                t.exact &= ids == ref
-                t.rounds.append(trace)
-                t.timers.append(timer)
-                t.target_calls += st.target_calls
-                t.new_tokens += st.new_tokens
-                t.tokens_per_second.append(st.tokens_per_second)
-                t.acceptance.append(st.acceptance_rate)
-                t.tokens_per_call.append(st.tokens_per_target_call)
-                t.guidance.append(st.guidance_work)
-    table = [t.summary(cost, timed) for t in trials]
-    best = table[choose(table)]
-    return {"selected": best["setting"], "selected_key": best["key"], "table": table,
-            "protocol": {"prompts": len(prompts), "tokens": tokens, "repeats": repeats, "width": width,
-                         "order": "rotated per (prompt, repeat)", "objective": OBJECTIVE,
-                         "statistic": "cost-model speedup of the setting's own rounds (costmodel.model_speedup)",
-                         "target_costs": cost.to_dict()}}
-
+    trials = run_trials(rt, prompts, refs, tokens, settings, make_proposer, width, repeats=repeats, warmup=warmup)
+    return _record(summarize_trials(trials, cost, timed), len(prompts), tokens, repeats, width, cost)
 
 
 ACT_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -171,27 +207,35 @@ def successive_halving(rt, prompts, tokens: int, settings: Sequence[dict], make_
                        refs: Sequence[Sequence[int]] | None = None, timed: bool = True) -> dict:
     """Stage 1: every setting on the first <= `stage1_prompts` prompts; the `keep` best exact settings
     (cost-model speedup, then tokens per target call, then less guidance work, then grid order) go to stage 2
-    on all prompts, where the harness chooses. Each stage is a full `calibrate` run; the target costs and the
-    greedy references are measured once for both."""
+    on all prompts, where the harness chooses (costmodel.choose). Stage 2 decodes only the prompts stage 1 did
+    not and reuses the survivors' stage-1 decodes; the target costs and greedy references serve both stages."""
     prompts = [list(p) for p in prompts]
     first = prompts[:max(1, min(stage1_prompts, len(prompts)))]
     refs = [list(r) for r in refs] if refs is not None else [greedy(rt, p, tokens)[0] for p in prompts]
     costs = calibration_costs(rt, prompts, width, costs)
-    kw = {"repeats": repeats, "costs": costs, "timed": timed}
-    st1 = calibrate(rt, first, tokens, settings, make_proposer, width, refs=refs[:len(first)], **kw)
-    rows = st1["table"]
+    t1 = run_trials(rt, first, refs[:len(first)], tokens, settings, make_proposer, width, repeats=repeats)
+    rows = summarize_trials(t1, costs, timed)
+    st1 = _record(rows, len(first), tokens, repeats, width, costs)
     ranked = sorted((i for i, r in enumerate(rows) if r["all_exact"]),
                     key=lambda i: (-rows[i]["model_speedup"], -rows[i]["tokens_per_target_call"],
                                    rows[i]["mean_guidance_work"], i))
-    survivors = [dict(settings[i]) for i in sorted(ranked[:keep])]
-    st2 = calibrate(rt, prompts, tokens, survivors, make_proposer, width, refs=refs, **kw)
+    keep_i = sorted(ranked[:keep])
+    survivors = [dict(settings[i]) for i in keep_i]
+    # Stage 2 decodes only the prompts stage 1 did not: a decode's rounds are deterministic, so the survivors'
+    # stage-1 decodes are reused, not repeated.
+    rest = prompts[len(first):]
+    t2 = run_trials(rt, rest, refs[len(first):], tokens, survivors, make_proposer, width, repeats=repeats,
+                    warmup=False) if rest else [Trial(dict(s), setting_key(s)) for s in survivors]
+    merged = [t1[i].merged(t) for i, t in zip(keep_i, t2)]
+    st2 = _record(summarize_trials(merged, costs, timed), len(prompts), tokens, repeats, width, costs)
     full = len(settings) * len(prompts) * repeats
     halved = len(settings) * len(first) * repeats + len(survivors) * len(prompts) * repeats
     plan = {"total_configs": len(settings), "stage1_prompts": len(first), "stage2_prompts": len(prompts),
             "survivors": len(survivors), "repeats": repeats,
             "full_grid_prompt_config_evaluations": full,
             "successive_halving_prompt_config_evaluations": halved,
-            "calibration_work_reduction_fraction": 1.0 - halved / full if full else 0.0, "training_steps": 0}
+            "calibration_work_reduction_fraction": 1.0 - halved / full if full else 0.0, "training_steps": 0,
+            "decodes": len(settings) * len(first) * repeats + len(survivors) * len(rest) * repeats}
     return {"plan": plan, "stage1": st1, "stage2": st2, "selected": st2["selected"],
             "selected_key": st2["selected_key"]}
 
