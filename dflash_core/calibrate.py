@@ -52,17 +52,17 @@ class Trial:
                      target_calls=self.target_calls + other.target_calls, new_tokens=self.new_tokens + other.new_tokens,
                      exact=self.exact and other.exact)
 
-    def summary(self, costs: ComponentCosts, shared: ProposerCosts | None = None) -> dict:
+    def summary(self, costs: ComponentCosts | None = None, shared: ProposerCosts | None = None) -> dict:
         """The table row. `shared`: the drafter's costs (draft, observe, begin) pooled over every setting, since
         the drafter forward does not depend on the setting, with this setting's own selection cost; None: use
-        `costs` whole (an injected table)."""
+        `costs` whole (an injected table). Without `costs` the row has no model speedup (reading tok/s only)."""
         med, iqr = median_iqr(self.tokens_per_second)
-        full = costs if shared is None else costs.with_proposer(
+        full = costs if shared is None or costs is None else costs.with_proposer(
             replace(shared, t_select=pooled_costs(self.timers).t_select))
         return {"setting": self.setting, "key": self.key, "all_exact": self.exact,
-                "model_speedup": float(model_speedup(self.rounds, full)),
+                "model_speedup": float(model_speedup(self.rounds, full)) if full is not None else None,
                 "tokens_per_target_call": self.new_tokens / self.target_calls if self.target_calls else 0.0,
-                "t_draft": full.t_draft, "t_observe": full.t_observe, "t_select": full.t_select,
+                **{k: getattr(full, k) if full is not None else None for k in ("t_draft", "t_observe", "t_select")},
                 "tokens_per_second_median": med, "tokens_per_second_iqr": iqr, "trials": len(self.tokens_per_second),
                 "mean_acceptance_rate": statistics.fmean(self.acceptance) if self.acceptance else 0.0,
                 "mean_tokens_per_target_call": statistics.fmean(self.tokens_per_call) if self.tokens_per_call
