@@ -129,9 +129,25 @@ def _median_call(fn, calls: int, device) -> float:
     return statistics.median(xs)
 
 
-def verify_times(rt, context: Sequence[int], block_lens: Sequence[int], calls: int = 12) -> dict[int, float]:
-    """Median seconds of a verify of each block length at `context`: one recording session, warmed by a verify,
-    each timed verify rolled back whole so the context stays put (the first forward after a prefill is slower)."""
+def _interleaved(fns: dict, calls: int, device) -> dict:
+    """Median seconds of each fn over `calls` passes, every pass calling each fn once in turn: a burst of load
+    on a shared machine then slows every fn alike instead of whichever block of calls it fell on."""
+    from .device import synchronize
+
+    xs: dict = {k: [] for k in fns}
+    for _ in range(calls):
+        for k, fn in fns.items():
+            synchronize(device)
+            t0 = time.perf_counter()
+            fn()
+            synchronize(device)
+            xs[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in xs.items()}
+
+
+def _verifier(rt, context: Sequence[int]):
+    """A recording session at `context` whose verify(n) is rolled back whole, so the context stays put (steady
+    state: the first forward after a prefill is slower, so it is warmed first)."""
     p = list(context)
     s = rt.session(recording=True)
     s.prefill(p[:-1])
@@ -140,22 +156,31 @@ def verify_times(rt, context: Sequence[int], block_lens: Sequence[int], calls: i
         s.verify([p[-1]] * n)
         s.rollback(n)
 
-    _median_call(lambda: verify(1), 2, rt.device)  # warm-up
-    return {n: _median_call(lambda n=n: verify(n), calls, rt.device) for n in block_lens}
+    verify(1)
+    verify(1)
+    return verify
+
+
+def verify_times(rt, context: Sequence[int], block_lens: Sequence[int], calls: int = 12) -> dict[int, float]:
+    """Median seconds of a verify of each block length at `context`, the lengths interleaved call by call."""
+    verify = _verifier(rt, context)
+    return _interleaved({n: (lambda n=n: verify(n)) for n in block_lens}, calls, rt.device)
 
 
 def target_costs(rt, context: Sequence[int], block_size: int, prompts: Sequence[Sequence[int]] = (),
                  calls: int = 12) -> ComponentCosts:
-    """t_decode (a greedy step: a non-recording session, as `decode.greedy` runs), t_verify[0..B] at `context`,
-    and t_prefill (mean over `prompts` of the median prefill; 0 without prompts)."""
+    """t_decode (a greedy step: a non-recording session, as `decode.greedy` runs; each timed step grows its
+    context by one row, as greedy does), t_verify[0..B] at `context`, interleaved with it call by call, and
+    t_prefill (mean over `prompts` of the median prefill; 0 without prompts)."""
     p = list(context)
     g = rt.session(recording=False)
     g.prefill(p[:-1])
-    g.verify([p[-1]])  # warm-up; each timed step then grows the context by one row, as greedy does
-    t_decode = _median_call(lambda: g.verify([p[-1]]), calls, rt.device)
-    tv = verify_times(rt, p, [w + 1 for w in range(block_size + 1)], calls)
+    g.verify([p[-1]])  # warm-up
+    verify = _verifier(rt, p)
+    fns = {"decode": lambda: g.verify([p[-1]]), **{w: (lambda w=w: verify(w + 1)) for w in range(block_size + 1)}}
+    t = _interleaved(fns, calls, rt.device)
     pre = [_median_call(lambda q=q: rt.session(recording=False).prefill(list(q)), 3, rt.device) for q in prompts]
-    return ComponentCosts(t_decode=t_decode, t_verify=tuple(tv[w + 1] for w in range(block_size + 1)),
+    return ComponentCosts(t_decode=t["decode"], t_verify=tuple(t[w] for w in range(block_size + 1)),
                           t_prefill=statistics.fmean(pre) if pre else 0.0)
 
 
