@@ -37,7 +37,8 @@ def bench_config(config):
     # Each pytest option's default already is its environment value (options.add_pytest_option).
     kw = {name: config.getoption(option(name).pytest) for name in BENCH_FIELDS}
     return BenchConfig(smoke=config.getoption("--smoke"), tune=config.getoption("--tune"),
-                       references=not config.getoption("--no-references"), **kw).sized()
+                       references=not config.getoption("--no-references"),
+                       calibration_widths=tuple(bench_widths(config)), **kw).sized()
 
 
 def bench_widths(config) -> list[int]:

@@ -151,6 +151,29 @@ def test_every_case_carries_its_activity_and_race_record(smoke_run):
     assert all(a["rounds_differ"] == 0 for a in (r["activity"] for r in doc["methods"]["dflash"]["rows"].values()))
 
 
+def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_run):
+    """Schema 4: model speedup, measured/model and the overhead flag on every row and every shown width; each
+    calibrated method chose once per benchmarked width, by the cost-model objective the page names."""
+    from dflash_core.costmodel import OBJECTIVE
+
+    doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
+    assert doc["schema_version"] == 4
+    for mid, m in doc["methods"].items():
+        for w, r in m["rows"].items():
+            assert r["model_speedup"] > 0 and r["measured_over_model"] == r["speedup"] / r["model_speedup"], (mid, w)
+            assert isinstance(r["unexplained_overhead"], bool)
+            assert len(r["component_costs"]["t_verify"]) == doc["settings"]["block_size"] + 1
+        assert m["best"]["model_speedup"] == m["rows"][str(m["best"]["width"])]["model_speedup"]
+    assert doc["methods"]["normal"]["rows"]["0"]["model_speedup"] == 1.0
+    assert doc["cost_model"]["objective"] == OBJECTIVE and doc["cost_model"]["target_costs"]["t_decode"] > 0
+    for mid in ("act", "dspark_lite", "boltzmann_v10", "gated_mobs_v11", "minop_v13"):
+        rec = doc["calibration"][mid]
+        assert rec["objective"] == OBJECTIVE and set(rec["widths"]) == {str(w) for w in WIDTHS}, mid
+    assert all(r["protocol"]["width"] == int(w) for w, r in doc["calibration"]["act"]["widths"].items())
+    page = (smoke_run["reports"] / "report.html").read_text()
+    assert f"objective: {OBJECTIVE}" in page and "cost-model speedup</th>" in page
+
+
 def test_report_cli_rebuilds_the_saved_run(smoke_run, tmp_path):
     from dflash_core.report.__main__ import main as report_main
 

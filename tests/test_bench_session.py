@@ -89,7 +89,9 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
     assert session.cases == {"normal": [0], "dflash": [1, 2]}
     lab = json.loads(json.dumps(session.lab_section(), allow_nan=False))
     assert set(lab) == {"settings", "target", "provenance", "calibration", "tuned_widths", "traces", "token_text",
-                        "methods", "noise", "race"}
+                        "methods", "noise", "race", "cost_model"}
+    tc = lab["cost_model"]["target_costs"]
+    assert len(tc["t_verify"]) == session.block_size + 1 and tc["t_decode"] > 0 and tc["t_prefill"] > 0
     assert lab["settings"]["widths"] == [0, 1, 2] and lab["settings"]["block_size"] == session.block_size
     assert lab["settings"]["tokens"] == TOKENS and lab["target"]["dtype"] == "float64"
     assert set(lab["traces"]) == {"normal-w0", "dflash-w1", "dflash-w2"} and lab["traces"]["normal-w0"] == []
@@ -148,3 +150,76 @@ def test_open_session_restores_the_thread_count(monkeypatch):
         assert torch.get_num_threads() == before, "open_session leaked its thread count"
     finally:
         torch.set_num_threads(before)
+
+
+def test_every_case_carries_its_cost_model_speedup(session, tiny_prepared):
+    """model_speedup is the model of the case's own rounds (every prompt) priced with the costs it reports."""
+    from dflash_core.bench import measure_pair
+    from dflash_core.costmodel import ComponentCosts, model_speedup
+    from dflash_core.runner import run_method
+
+    info = measure_pair(session, "dflash", 2, rounds=1)
+    rounds = []
+    for p in PROMPTS:
+        tr: list = []
+        run_method("dflash", tiny_prepared.rt, tiny_prepared.prepared, p, TOKENS, 2, trace=tr)
+        rounds.append(tr)
+    cc = info["component_costs"]
+    costs = ComponentCosts(**{**cc, "t_verify": tuple(cc["t_verify"])})
+    assert len(cc["t_verify"]) == session.block_size + 1 and cc["t_draft"] > 0, "the drafter was timed"
+    assert info["model_speedup"] == model_speedup(rounds, costs) > 0
+    assert info["measured_over_model"] == info["speedup"] / info["model_speedup"]
+    normal = measure_pair(session, "normal", 0, rounds=1)
+    assert normal["model_speedup"] == 1.0 and normal["measured_over_model"] == normal["speedup"]
+    assert normal["component_costs"]["t_draft"] == 0.0
+
+
+def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_prepared, monkeypatch):
+    import dataclasses
+
+    from dflash_core import bench
+    from dflash_core.costmodel import OBJECTIVE, choose
+    from dflash_core.data import load_prompts
+    from dflash_core.runner import run_method
+
+    texts = list(load_prompts("code").calibration[:2])
+    monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]][: len(t)])
+    monkeypatch.setattr(bench, "CALIBRATORS", {"act": bench._calibrator("calibrate_act")})
+    session.cfg = dataclasses.replace(session.cfg, calibration_widths=(2, 1, 99), calibration_tokens=TOKENS)
+    bench.calibrate_all(session, texts)
+    rec = session.calibration["act"]
+    assert rec["objective"] == OBJECTIVE and set(rec["widths"]) == {"1", "2"}, "99 > B is not calibrated"
+    for w in (1, 2):
+        r = rec["widths"][str(w)]
+        assert r["protocol"]["width"] == w and r["protocol"]["objective"] == OBJECTIVE
+        assert r["selected"] == r["table"][choose(r["table"])]["setting"]
+        assert session.width_options["act"][w] == r["selected"]
+    assert session.options["act"] == rec["widths"]["2"]["selected"] == rec["selected"]
+    # the cases decode with their own width's options (nearest calibrated width beyond them)
+    session.width_options["act"] = {1: {"tau": 0.0}, 2: {"tau": 8.0}}
+    assert session.options_for("act", 4) == {"tau": 8.0} and session.options_for("act", 1) == {"tau": 0.0}
+    for w, tau in ((1, 0.0), (2, 8.0)):
+        info = bench.measure_pair(session, "act", w, rounds=1)
+        direct = [run_method("act", tiny_prepared.rt, tiny_prepared.prepared, p, TOKENS, w, tau=tau)[1]
+                  for p in PROMPTS]
+        assert info["options"] == {"tau": tau}
+        assert info["proposed"] == sum(s.proposed for s in direct)
+
+
+def test_tune_chooses_widths_by_the_cost_model(session, monkeypatch):
+    import dataclasses
+
+    from dflash_core import bench, methods
+    from dflash_core.costmodel import ComponentCosts, choose
+
+    monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]])
+    monkeypatch.setattr(methods, "speculative_ids", lambda: ["dflash"])
+    session.cfg = dataclasses.replace(session.cfg, calibration_tokens=TOKENS)
+    # an injected target cost table (the session's own would be timed by calibrate_all)
+    session.calibration_costs = ComponentCosts(t_decode=1.0, t_verify=tuple(1.0 + 10.0 * w for w in range(
+        session.block_size + 1)))
+    bench.tune_widths(session, ["x", "y"])
+    tw = session.tuned_widths["dflash"]
+    assert [r["setting"]["width"] for r in tw["table"]] == sorted({min(w, session.block_size) for w in (1, 2, 4)})
+    assert tw["selected"] == tw["table"][choose(tw["table"])]["setting"]["width"]
+    assert all("model_speedup" in r for r in tw["table"])

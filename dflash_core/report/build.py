@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from ..costmodel import unexplained_overhead
 from ..errors import DFlashError
 from .goals import goals
 from .stats import aa_noise, bootstrap_ci, rank_groups
@@ -121,6 +122,7 @@ DECODE_OPTIONAL = {
     "new_tokens": "int", "target_calls": "int", "draft_calls": "int", "proposed": "int", "accepted": "int",
     "target_seconds": "num", "draft_seconds": "num", "select_seconds": "num", "options": "obj", "dtype": "str",
     "drafted": "int", "acceptance_rate_drafted": "num", "activity": "activity", "race": "race",
+    "model_speedup": "num", "measured_over_model": "num", "component_costs": "obj",  # schema 4: cost model
 }
 REFERENCE_FIELDS = {"reference": "str", "tokens_per_second": "num", "speedup": "num", "speedup_iqr": "num",
                     "speedup_rounds": "nums", "exact": "bool", "verdicts": "verdicts"}
@@ -256,6 +258,9 @@ def _pool_rows(rows: list[dict]) -> dict:
         if all("rounds" in r for r in rows):
             out["rounds"] = sum(r["rounds"] for r in rows)
         out["tokens_per_second_runs"] = [r["tokens_per_second"] for r in rows]
+        if all("model_speedup" in r for r in rows):  # each run timed its components: their median
+            out["model_speedup"] = statistics.median(r["model_speedup"] for r in rows)
+            out["measured_over_model"] = med / out["model_speedup"] if out["model_speedup"] > 0 else 0.0
     q1, _, q3 = quartiles(sp) if sp else (out["speedup"],) * 3
     out["speedup_q1"], out["speedup_q3"] = q1, q3
     out["speedup_ci"] = list(bootstrap_ci(sp)) if sp else [out["speedup"]] * 2
@@ -294,7 +299,17 @@ def _best(m: dict, tuned: dict, mid: str) -> dict:
     return {**extra, "width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
             "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"], "speedup_ci": r["speedup_ci"],
             "rank_group": None, "tokens_per_second": r["tokens_per_second"],
-            "tokens_per_target_call": r["tokens_per_target_call"], "acceptance_rate": r["acceptance_rate"]}
+            "tokens_per_target_call": r["tokens_per_target_call"], "acceptance_rate": r["acceptance_rate"],
+            **{k: r.get(k) for k in ("model_speedup", "measured_over_model")},
+            "unexplained_overhead": bool(r.get("unexplained_overhead", False))}
+
+
+def flag_overhead(methods: dict, noise: dict) -> None:
+    """Each row's `unexplained_overhead`: measured/model outside [0.9, 1.1] on a quiet machine (A/A spread
+    < 2 %, costmodel.unexplained_overhead); rows of runs without a cost model are never flagged."""
+    for m in methods.values():
+        for r in m["rows"].values():
+            r["unexplained_overhead"] = unexplained_overhead(r.get("measured_over_model"), noise.get("spread"))
 
 
 def _noise(docs: list[dict]) -> dict:
@@ -367,6 +382,8 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     methods: dict[str, dict] = {}
     for (mid, w), rows in cases.items():
         methods.setdefault(mid, {"rows": {}})["rows"][w] = _pool_rows(rows)
+    noise = _noise(docs)
+    flag_overhead(methods, noise)
     for mid, m in methods.items():
         meta = info.get(mid) if isinstance(info.get(mid), dict) else {}
         m.update({k: meta.get(k) for k in ("index", "label", "mechanism", "complexity", "stages")})
@@ -411,8 +428,9 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},
-        "rank_groups": groups, "leader": leader, "winner": winner, "noise": _noise(docs),
+        "rank_groups": groups, "leader": leader, "winner": winner, "noise": noise,
         "race": lab.get("race") if isinstance(lab.get("race"), dict) else None,
+        "cost_model": section("cost_model") or None,
     }
     doc["goals"] = goals(doc)
     return doc

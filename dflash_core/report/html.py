@@ -162,6 +162,7 @@ def _methods_table(doc: dict) -> str:
             f"<td>{bar} {_f(b['speedup'])}× [{_f(b.get('speedup_q1'), 2)}–{_f(b.get('speedup_q3'), 2)}]</td>"
             f"<td class=ci>{_f(ci[0], 3)}–{_f(ci[1], 3)}</td>"
             f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
+            f"<td class=model>{_x(b.get('model_speedup'))}</td>{_ratio_cell(b)}"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td>"
             f"<td>{_f(100 * r.get('acceptance_rate_drafted', b['acceptance_rate']), 1)}%</td>"
@@ -171,7 +172,8 @@ def _methods_table(doc: dict) -> str:
             f"<td>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td><td>{ex}</td></tr>")
     return ("<table id=methods-table><tr><th>method</th><th>width shown</th>"
             "<th>tok/s (median over rounds, not paired)</th><th>speedup vs normal, paired per round: median "
-            "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th><th>rank group</th><th>tok/call</th>"
+            "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th><th>rank group</th>"
+            "<th>cost-model speedup</th><th>measured / model</th><th>tok/call</th>"
             "<th>accept (of verified)</th><th>accept (of drafted)</th><th>paired rounds (race stop)</th>"
             "<th>rounds differ from dflash</th><th>positions differ</th><th>net accepted drafts vs dflash</th>"
             "<th>guidance</th><th>loop overhead</th>"
@@ -179,7 +181,10 @@ def _methods_table(doc: dict) -> str:
             "<p class=muted>rank group: the leader (highest median) and every method whose 95 % interval overlaps "
             "the leader's form group G1, and so on for the rest; methods of one group are not told apart by this run, "
             "so a single winner is named only when G1 has one member. Racing gave the cases whose interval overlapped "
-            "the leader's extra paired rounds (stop: separated, cap or budget). Activity: at each round of an untimed "
+            "the leader's extra paired rounds (stop: separated, cap or budget). The cost-model speedup is deterministic: "
+            "the case's own rounds priced with component costs timed in isolation (target verify per width, drafter "
+            "and selection per block); on a quiet machine (A/A spread < 2 %) a measured/model ratio outside "
+            "[0.9, 1.1] is flagged as unexplained overhead. Activity: at each round of an untimed "
             "decode, plain dflash drafted at the same context; a round or position differs when the drafts do, and net "
             "is the accepted drafts the differences gained minus those they lost. A method whose draft never differed "
             "is labelled inactive here: its row measures dflash plus its overhead, not a distinct result. Accept of "
@@ -188,6 +193,17 @@ def _methods_table(doc: dict) -> str:
             "made right before it, so the two columns can rank methods differently. A width marked post-hoc is the "
             "maximum of the benchmark medians (an optimistic choice made on the data it is reported on); "
             "<code>--tune</code> chooses widths on calibration prompts instead.</p>")
+
+
+def _x(v, nd=3) -> str:
+    """A speedup with its ×, or – where the run has none (saved before the cost model)."""
+    return "–" if v is None else f"{_f(v, nd)}×"
+
+
+def _ratio_cell(b: dict) -> str:
+    """measured / model, flagged when the report marked it unexplained overhead (build.flag_overhead)."""
+    flag = ' <span class="bad flag">unexplained overhead</span>' if b.get("unexplained_overhead") else ""
+    return f"<td class=ratio>{_f(b.get('measured_over_model'), 2)}{flag}</td>"
 
 
 def _speedup_chart(doc: dict) -> str:
@@ -239,7 +255,8 @@ def _width_table(doc: dict) -> str:
         if mid == "normal":
             continue
         cells = "".join(
-            f"<td>{_f(m['rows'][str(w)]['speedup'], 2)}× / τ {_f(m['rows'][str(w)]['tokens_per_target_call'], 2)}</td>"
+            f"<td>{_f(m['rows'][str(w)]['speedup'], 2)}× (model {_x(m['rows'][str(w)].get('model_speedup'), 2)}) / "
+            f"τ {_f(m['rows'][str(w)]['tokens_per_target_call'], 2)}</td>"
             if str(w) in m["rows"] else "<td>–</td>" for w in widths)
         rows.append(f"<tr><td>{_e(mid)}</td>{cells}</tr>")
     ub = doc.get("upper_bound_speedup") or {}
@@ -290,21 +307,36 @@ def _normal_note(doc: dict) -> str:
             f"and the 1.000× baseline of every speedup. {cmp}</p>")
 
 
+def _cal_table(rec: dict) -> str:
+    table = rec.get("table") or (rec.get("stage2") or {}).get("table") or []
+    rows = "".join(
+        f"<tr><td>{_e(t.get('key', t.get('setting')))}</td><td>{_f(t.get('model_speedup'), 3)}</td>"
+        f"<td>{_f(t.get('tokens_per_target_call', t.get('mean_tokens_per_target_call')), 2)}</td>"
+        f"<td>{_f(t.get('tokens_per_second_median', t.get('tokens_per_second')), 1)}</td>"
+        f"<td>{'yes' if t.get('all_exact', True) else 'no'}</td></tr>" for t in table if isinstance(t, dict))
+    return ("<table class=calibration><tr><th>setting</th><th>cost-model speedup (the objective)</th><th>tok/call "
+            f"(tie-break)</th><th>tok/s (not used)</th><th>exact</th></tr>{rows}</table>")
+
+
 def _calibration(doc: dict) -> str:
+    """Per calibrated method and width: the chosen setting and the table it was chosen from, naming the
+    objective (costmodel.OBJECTIVE); runs before schema 4 chose by median tok/s and say so."""
     out = []
     for mid, rec in (doc.get("calibration") or {}).items():
         if not isinstance(rec, dict):
             continue
-        table = rec.get("table") or (rec.get("stage2") or {}).get("table") or []
-        sel = rec.get("selected") or rec.get("selected_options")
-        rows = "".join(
-            f"<tr><td>{_e(t.get('key', t.get('setting')))}</td>"
-            f"<td>{_f(t.get('tokens_per_second_median', t.get('tokens_per_second')), 1)}</td>"
-            f"<td>{_f(t.get('tokens_per_second_iqr'), 1)}</td><td>{_f(t.get('mean_tokens_per_target_call'), 2)}</td>"
-            f"<td>{'yes' if t.get('all_exact', True) else 'no'}</td></tr>" for t in table if isinstance(t, dict))
-        out.append(f"<h3>{_e(mid)}: selected {_e(json.dumps(sel))}</h3>"
-                   f"<table><tr><th>setting</th><th>tok/s median</th><th>IQR</th><th>tok/call</th><th>exact</th></tr>"
-                   f"{rows}</table>")
+        objective = rec.get("objective") or "median tok/s (a run before the cost-model objective)"
+        widths = rec.get("widths") if isinstance(rec.get("widths"), dict) else {"": rec}
+        parts = []
+        for w, wrec in widths.items():
+            if not isinstance(wrec, dict):
+                continue
+            sel = wrec.get("selected") or wrec.get("selected_options") or wrec.get("options")
+            head = f"w={_e(w)}: " if w else ""
+            parts.append(f"<h4>{head}selected {_e(json.dumps(sel))}</h4>"
+                         + (_cal_table(wrec) if not rec.get("reuses") else ""))
+        reuse = f" (reuses {_e(rec['reuses'])}'s choice)" if rec.get("reuses") else ""
+        out.append(f"<h3>{_e(mid)}{reuse}</h3><p class=muted>objective: {_e(objective)}</p>" + "".join(parts))
     return "".join(out) or "<p class=muted>no calibrated methods in this run</p>"
 
 

@@ -1,0 +1,171 @@
+"""The cost-model speedup (dflash_core.costmodel): exact arithmetic on hand-built rounds, the unexplained-overhead
+flag from injected timings, and calibration choosing by the model (ties: tokens per target call), per width."""
+
+from __future__ import annotations
+
+import pytest
+
+from dflash_core import costmodel as cm
+from dflash_core.costmodel import ComponentCosts, model_seconds, model_speedup
+
+from .report_data import bench_row, known_rounds, saved_run, with_noise
+
+COSTS = ComponentCosts(t_decode=1.0, t_verify=(1.0, 1.25, 1.5), t_draft=0.25, t_observe=0.125, t_select=0.125,
+                       t_prefill=2.0, t_begin=0.5)
+
+
+def test_model_speedup_prices_each_round_exactly():
+    # prompt 1: full acceptance of 2, none of 2, then the last round (one token left) drafts nothing
+    p1 = [(2, 2), (2, 0), (0, 0)]
+    # prompt 2: a trace dict as the decode loop records it (1 of 2 accepted)
+    p2 = [{"draft": [7, 8], "accepted": 1, "token": 3, "bonus": False}]
+    normal, method = model_seconds([p1, p2], COSTS)
+    # normal: prefill + one greedy step per committed token (a + 1 per round)
+    assert normal == (2.0 + (3 + 1 + 1) * 1.0) + (2.0 + 2 * 1.0) == 11.0
+    # method: prefill + begin, then verify(k) + observe (+ draft + select when k > 0) per round
+    per_block = 1.5 + 0.125 + 0.25 + 0.125
+    assert method == (2.5 + per_block + per_block + (1.0 + 0.125)) + (2.5 + per_block) == 12.125
+    assert model_speedup([p1, p2], COSTS) == 11.0 / 12.125
+    assert model_speedup([], COSTS) == 1.0, "nothing decoded: normal against itself"
+    with pytest.raises(ValueError, match="t_verify covers 0..2"):
+        model_seconds([[(3, 0)]], COSTS)
+
+
+def test_prefill_cancels_from_choices_but_not_from_the_ratio():
+    free = ComponentCosts(t_decode=1.0, t_verify=(1.0, 1.0, 1.0))
+    rounds = [[(2, 2), (2, 2)]]
+    assert model_speedup(rounds, free) == 3.0
+    with_prefill = ComponentCosts(t_decode=1.0, t_verify=(1.0, 1.0, 1.0), t_prefill=4.0)
+    assert model_speedup(rounds, with_prefill) == (4.0 + 6.0) / (4.0 + 2.0)
+
+
+@pytest.mark.parametrize("ratio,spread,flagged", [
+    (0.85, 0.01, True), (1.15, 0.019, True), (0.95, 0.01, False), (0.9, 0.0, False), (1.1, 0.0, False),
+    (0.85, 0.02, False), (0.5, 0.05, False), (0.5, None, False), (None, 0.0, False)])
+def test_unexplained_overhead_only_on_a_quiet_machine_outside_the_band(ratio, spread, flagged):
+    assert cm.unexplained_overhead(ratio, spread) is flagged
+
+
+def test_choose_follows_the_model_then_tokens_per_call_never_tok_s():
+    rows = [{"model_speedup": 1.2, "tokens_per_target_call": 2.0, "tokens_per_second_median": 900.0},
+            {"model_speedup": 1.5, "tokens_per_target_call": 2.5, "tokens_per_second_median": 100.0},
+            {"model_speedup": 1.496, "tokens_per_target_call": 3.0, "tokens_per_second_median": 50.0},
+            {"model_speedup": 1.9, "tokens_per_target_call": 4.0, "all_exact": False}]
+    assert cm.choose(rows) == 2, "within 1 % of the best is a tie, and the tie goes to more tokens per call"
+    assert cm.choose(rows, tolerance=0.0) == 1
+    same = [{"model_speedup": 1.0, "tokens_per_target_call": 2.0}] * 3
+    assert cm.choose(same) == 0, "a full tie goes to grid order"
+    with pytest.raises(RuntimeError, match="no exact setting"):
+        cm.choose([{"model_speedup": 2.0, "tokens_per_target_call": 1.0, "all_exact": False}])
+
+
+# --- the report: a known ratio is reported, and flagged only on a quiet machine ----------------------------
+
+def _doc(model: float, aa_noise: float, center: float = 1.5):
+    from dflash_core.report.build import build_report
+
+    row = bench_row("dflash", 2, speedup=center, rounds=known_rounds(center, 0.0005, n=12))
+    row["extra_info"].update(model_speedup=model, measured_over_model=center / model)
+    normal = bench_row("normal", 0)
+    normal["extra_info"].update(model_speedup=1.0, measured_over_model=1.0)
+    aa = known_rounds(1.0, aa_noise, n=6, seed=1)
+    return build_report([with_noise(saved_run([normal, row]), aa[:3], aa[3:])], ["fake"])
+
+
+@pytest.mark.parametrize("model,aa_noise,flagged", [(2.0, 0.002, True), (2.0, 0.03, False), (1.5, 0.002, False),
+                                                     (1.2, 0.002, True)])
+def test_report_carries_the_ratio_and_flags_it_by_the_rule(model, aa_noise, flagged):
+    from dflash_core.report.html import render_report
+
+    doc = _doc(model, aa_noise)
+    spread = doc["noise"]["spread"]
+    assert (spread < 0.02) is (aa_noise < 0.01), "the injected A/A noise sets the quiet/noisy side"
+    row = doc["methods"]["dflash"]["rows"]["2"]
+    assert row["model_speedup"] == model
+    assert row["measured_over_model"] == pytest.approx(row["speedup"] / model)
+    assert row["unexplained_overhead"] is flagged
+    assert doc["methods"]["dflash"]["best"]["unexplained_overhead"] is flagged
+    assert doc["methods"]["dflash"]["best"]["model_speedup"] == model
+    assert ("unexplained overhead</span>" in render_report(doc)) is flagged
+
+
+def test_pooled_runs_take_the_median_model_and_recompute_the_ratio():
+    from dflash_core.report.build import build_report
+
+    runs = []
+    for model, sp in ((2.0, 1.4), (1.0, 1.6)):
+        r = bench_row("dflash", 2, speedup=sp, rounds=[sp, sp])
+        r["extra_info"].update(model_speedup=model, measured_over_model=sp / model)
+        runs.append(saved_run([bench_row("normal", 0), r]))
+    row = build_report(runs, ["a", "b"])["methods"]["dflash"]["rows"]["2"]
+    assert row["model_speedup"] == 1.5
+    assert row["measured_over_model"] == pytest.approx(row["speedup"] / 1.5)
+
+
+def test_runs_without_a_cost_model_are_never_flagged():
+    from dflash_core.report.build import build_report
+
+    doc = build_report([with_noise(saved_run([bench_row("normal", 0), bench_row("dflash", 2)]), [1.0], [1.0])],
+                       ["old"])
+    best = doc["methods"]["dflash"]["best"]
+    assert best["model_speedup"] is None and best["unexplained_overhead"] is False
+
+
+# --- calibration: the chosen setting follows the cost model on injected costs --------------------------------
+
+class ScriptedProposer:
+    """Drafts the greedy reference for its first `good` positions and a wrong token after them, `k` at most."""
+
+    taps: tuple = ()
+    max_width = None
+
+    def __init__(self, prompt, ref, good: int, k: int, vocab: int):
+        self.prompt, self.ref, self.good, self.k, self.vocab = list(prompt), list(ref), good, k, vocab
+
+    def begin(self, prompt, hidden):
+        pass
+
+    def propose(self, prefix, k):
+        from dflash_core.decode import Proposal
+
+        at = len(prefix) - len(self.prompt)
+        nxt = self.ref[at:at + min(k, self.k)]
+        return Proposal(ids=[t if i < self.good else (t + 1) % self.vocab for i, t in enumerate(nxt)])
+
+    def observe(self, hidden):
+        pass
+
+
+def _calibrate(tiny_prepared, t_verify):
+    from dflash_core.calibrate import calibrate
+    from dflash_core.decode import greedy
+
+    rt = tiny_prepared.rt
+    prompt, tokens = [5, 6, 7], 6
+    ref = greedy(rt, prompt, tokens)[0]
+    vocab = rt.vocab_size
+    settings = [{"good": 0, "k": 3}, {"good": 1, "k": 1}, {"good": 3, "k": 3}]
+    costs = ComponentCosts(t_decode=1.0, t_verify=t_verify)
+    return calibrate(rt, [prompt], tokens, settings, lambda s: ScriptedProposer(prompt, ref, s["good"], s["k"], vocab),
+                     3, costs=costs, refs=[ref], timed=False)
+
+
+def test_calibration_chooses_by_the_cost_model_and_breaks_ties_by_tokens_per_call(tiny_prepared):
+    # 6 tokens: the prefill emits 1, the rounds 5 (never more than are left: k <= tokens left - 1).
+    # k=3 all wrong: rounds of 3, 3, 2, 1, 0 drafts, one token each; k=1 all right: two rounds of 2 tokens and a
+    # last one of 0 drafts; k=3 all right: one round of 4 tokens and a last one of 0 drafts.
+    out = _calibrate(tiny_prepared, (1.0, 2.0, 3.0, 4.02))
+    ms = [r["model_speedup"] for r in out["table"]]
+    assert ms == [pytest.approx(5.0 / (4.02 + 4.02 + 3.0 + 2.0 + 1.0), rel=1e-12), 1.0,
+                  pytest.approx(5.0 / 5.02, rel=1e-12)]
+    assert [r["tokens_per_target_call"] for r in out["table"]] == [1.0, 1.5, 2.0]
+    assert all(r["all_exact"] for r in out["table"])
+    # the full block is within 1 % of the short one: a tie, won by more tokens per target call
+    assert out["selected"] == {"good": 3, "k": 3}
+    assert out["protocol"]["objective"].startswith("cost-model speedup")
+    # a verify of 3 costing more makes the short block the clear choice: the decodes are the same, only costs moved
+    assert _calibrate(tiny_prepared, (1.0, 2.0, 3.0, 4.5))["selected"] == {"good": 1, "k": 1}
+
+
+def test_measured_over_model_of_zero_model_is_zero():
+    assert cm.measured_over_model(1.2, 0.0) == 0.0 and cm.measured_over_model(1.2, 1.5) == 1.2 / 1.5
