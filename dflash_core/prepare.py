@@ -39,6 +39,10 @@ from .prepared import DRAFTER_FILE, Prepared, load_prepared  # noqa: F401  (re-e
 from .train import TrainConfig
 
 TRAJ_FILE = "trajectories.json"
+# What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
+# (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
+RECIPE = "2026-11-30: held-out n-gram guard, batched teacher, held-out early stopping, safetensors"
+DEFAULTS_SHA256 = "572d15c231f2926be119ec91537b36c306fbcdc3a6a5320b9df3d6e5f85f987b"
 
 
 @dataclass(frozen=True)
@@ -166,13 +170,18 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
             cfg: PrepareConfig | None = None, rt=None, threads: int | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
-    `threads` overrides cfg.threads (the torch intra-op threads prepare trains with; part of the recorded
-    config, since results can depend on it). The caller's own torch thread count is restored afterwards.
+    With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
+    run, the CLI), whatever config the home was prepared with is reused, as long as it was built by this
+    RECIPE (a home prepared on purpose with a custom config is not silently rebuilt at the defaults).
+    `threads` overrides cfg.threads (the torch intra-op threads prepare trains with; recorded, not compared:
+    on this lab's CPU kind the mini build gave identical weights with 1 and 2 threads, docs/mini-target.md).
+    The caller's own torch thread count is restored afterwards.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     """
     from .device import torch_threads
     from .progress import ensure_console_logging
 
+    accept_recorded = cfg is None
     cfg = cfg or PrepareConfig()
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -180,23 +189,29 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         cfg = replace(cfg, threads=threads)
     ensure_console_logging()
     with torch_threads(cfg.threads), home_lock(home, wait_message="another prepare is running"):
-        return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt)
+        return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt,
+                        accept_recorded=accept_recorded)
 
 
-def config_mismatch(doc: dict, cfg: PrepareConfig) -> str | None:
-    """Why a manifest's recorded prepare config is not `cfg` (None when it is): other settings, other artifacts."""
-    want = json.loads(json.dumps(cfg.to_dict()))
+def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False) -> str | None:
+    """Why a manifest's artifacts are not what `cfg` asks for (None when they are): another RECIPE, or (unless
+    `accept_recorded`) other settings. `threads` is recorded but not compared (see `prepare`)."""
+    if doc.get("recipe") != RECIPE:
+        return f"built by another prepare recipe ({doc.get('recipe')!r} != {RECIPE!r})"
+    want = {k: v for k, v in json.loads(json.dumps(cfg.to_dict())).items() if k != "threads"}
     have = doc.get("prepare_config")
-    if have == want:
-        return None
     if not isinstance(have, dict):
         return "the manifest records no prepare config"
+    have = {k: v for k, v in have.items() if k != "threads"}
+    if have == want or accept_recorded:
+        return None
     diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
     return "built with another prepare config (" + ", ".join(
         f"{k}: {have.get(k)!r} != {want.get(k)!r}" for k in diff[:4]) + ")"
 
 
-def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt) -> Path:
+def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
+             accept_recorded: bool = False) -> Path:
     import torch
 
     from .drafter import DrafterConfig, default_taps, parameter_count
@@ -216,7 +231,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
             _log(f"moved the artifacts of a home prepared before content keys to {moved} (files unchanged)")
         try:
             doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *fit_files()))
-            why = config_mismatch(doc, cfg)
+            why = config_mismatch(doc, cfg, accept_recorded)
             if why:
                 raise ArtifactError(f"{out / 'manifest.json'} was {why}")
             _log(f"artifacts for {rt.name} are present and verified in {out}")
@@ -256,6 +271,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
             files[fname] = file_entry(out / fname)
         fits[fitter.name] = res.get("meta", {})
     extra = {
+        "recipe": RECIPE,
         "prepare_config": cfg.to_dict(),
         "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": family, "train_seed_count": len(seeds)},
         "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),

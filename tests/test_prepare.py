@@ -7,6 +7,7 @@ prepares a second time, on purpose.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -149,3 +150,29 @@ def test_every_method_accepts_widths_up_to_a_block_of_16(tiny_dir, tmp_path):
         assert stats.width == 16 and len(stats.accept_counts) == 17
         with pytest.raises(BadInputError, match=r"1\.\.16"):
             speculative(rt, get_method(method).build(rt, prep), prompt, 8, 17, method=method)
+
+
+def test_prepare_defaults_are_pinned_to_the_recipe():
+    """A change of PrepareConfig's defaults changes what a plain `prepare` builds: it must come with a new RECIPE,
+    else homes built by the old defaults would be reused by bench/run (which accept a home's recorded config)."""
+    import hashlib
+
+    from dflash_core.prepare import DEFAULTS_SHA256, PrepareConfig
+
+    digest = hashlib.sha256(json.dumps(PrepareConfig().to_dict(), sort_keys=True).encode()).hexdigest()
+    assert digest == DEFAULTS_SHA256, (f"PrepareConfig defaults changed: bump prepare.RECIPE and set "
+                                       f"DEFAULTS_SHA256 = {digest!r}")
+
+
+def test_recorded_config_is_accepted_only_without_an_explicit_config_and_only_for_this_recipe():
+    from dflash_core.prepare import RECIPE, config_mismatch
+
+    recorded = TINY_PREP.to_dict()
+    doc = {"recipe": RECIPE, "prepare_config": json.loads(json.dumps(recorded))}
+    other = replace(TINY_PREP, aux_steps=TINY_PREP.aux_steps + 1)
+    assert config_mismatch(doc, TINY_PREP) is None
+    assert config_mismatch(doc, replace(TINY_PREP, threads=TINY_PREP.threads + 1)) is None  # recorded, not compared
+    assert "aux_steps" in config_mismatch(doc, other)
+    assert config_mismatch(doc, other, accept_recorded=True) is None
+    old = {**doc, "recipe": "an older recipe"}
+    assert "another prepare recipe" in config_mismatch(old, TINY_PREP, accept_recorded=True)
