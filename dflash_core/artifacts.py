@@ -134,15 +134,15 @@ def load_tensor_file(path: str | Path) -> Any:
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             meta = f.metadata() or {}
-            if TREE_KEY not in meta:
-                raise ArtifactError(f"artifact {path} is a safetensors file without the lab's {TREE_KEY!r} "
-                                    f"metadata (not written by prepare): {fix}")
-            skeleton = json.loads(meta[TREE_KEY])
             tensors = {k: f.get_tensor(k) for k in f.keys()}
+        skeleton = json.loads(meta[TREE_KEY]) if TREE_KEY in meta else None
     except (SafetensorError, OSError, ValueError) as exc:
         raise ArtifactError(f"artifact {path} is not a readable safetensors file ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); the lab loads only "
                             f"safetensors and never unpickles: {fix}") from exc
+    if skeleton is None:
+        raise ArtifactError(f"artifact {path} is a safetensors file without the lab's {TREE_KEY!r} metadata "
+                            f"(not written by prepare): {fix}")
 
     def build(x: Any) -> Any:
         if isinstance(x, dict):

@@ -201,12 +201,13 @@ def drafter_config_from_hf(doc: dict, vocab_size: int):
                             f"{doc.get('hidden_act')!r}; the lab's drafter runs default RoPE and SiLU only")
     H, nh = int(doc["hidden_size"]), int(doc["num_attention_heads"])
     hd = int(doc.get("head_dim") or H // nh)
+    nkv = int(doc.get("num_key_value_heads") or nh)
     return DrafterConfig(hidden_size=H, vocab_size=int(vocab_size), taps=tuple(int(t) for t in doc["target_layer_ids"]),
                          block_size=int(doc["block_size"]) - 1, num_layers=n, num_heads=nh,
                          intermediate_size=int(doc["intermediate_size"]),
                          rope_theta=float(rope.get("rope_theta", 500000.0)), norm_eps=float(doc["rms_norm_eps"]),
                          mask_token_id=int(doc["mask_token_id"]),
-                         kv_heads=int(doc.get("num_key_value_heads") or nh),
+                         kv_heads=None if nkv == nh else nkv,
                          attn_head_dim=None if hd == H // nh else hd)
 
 
@@ -231,10 +232,11 @@ def check_compatible(doc: dict, rt, identity: dict | None = None) -> None:
     if vocab is not None and int(vocab) != rt.vocab_size:
         raise BadInputError(f"--drafter: it was made for a vocabulary of {vocab} tokens, {name} has "
                             f"{rt.vocab_size}: {fix}")
-    tok = doc.get("dflash_target_tokenizer_sha256")
-    if tok and identity and identity.get("tokenizer_sha256") and tok != identity["tokenizer_sha256"]:
-        raise BadInputError(f"--drafter: it was made for another tokenizer (sha256 {tok[:12]}... != "
-                            f"{identity['tokenizer_sha256'][:12]}...): its token ids mean other text; {fix}")
+    tok = doc.get("dflash_target_tokenizer_sha256")  # recorded by our export; published drafters lack it
+    have = (identity or {}).get("tokenizer_sha256")
+    if tok and identity is not None and tok != have:
+        raise BadInputError(f"--drafter: it was made for another tokenizer (sha256 {str(tok)[:12]}... != "
+                            f"{str(have)[:12]}...): its token ids mean other text; {fix}")
 
 
 def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
