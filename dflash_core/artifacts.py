@@ -119,7 +119,9 @@ def tensor_bytes(obj: Any) -> bytes:
         raise TypeError(f"an artifact holds tensors, dicts, lists and JSON scalars, not {type(x).__name__}")
 
     skeleton = walk(obj, ())
-    return save(tensors, metadata={"format": "pt", TREE_KEY: json.dumps(skeleton, sort_keys=True)})
+    # One metadata entry only: safetensors writes its metadata map in hash order, which varies between
+    # processes, and prepare's files must be byte-reproducible (same SHA-256 every build).
+    return save(tensors, metadata={TREE_KEY: json.dumps(skeleton, sort_keys=True)})
 
 
 def load_tensor_file(path: str | Path) -> Any:
