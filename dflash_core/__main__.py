@@ -1,4 +1,4 @@
-"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,export,import}`.
+"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,export,import,export-drafter}`.
 
 stdout carries results only (with --json exactly one JSON document); progress and logs go to stderr.
 """
@@ -14,13 +14,14 @@ from . import options
 from .errors import BadInputError, DFlashError
 
 # Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
-RUN_OPTIONS = ("target", "revision", "home", "threads", "device", "dtype", "kernels")
-PREPARE_OPTIONS = ("target", "revision", "home", "threads")
-BENCH_OPTIONS = ("target", "revision", "home", "device", "dtype", "kernels")
+RUN_OPTIONS = ("target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter")
+PREPARE_OPTIONS = ("target", "revision", "home", "threads", "drafter")
+BENCH_OPTIONS = ("target", "revision", "home", "device", "dtype", "kernels", "drafter")
 EXPORT_OPTIONS = ("target", "home")
+EXPORT_DRAFTER_OPTIONS = ("target", "revision", "home")
 IMPORT_OPTIONS = ("home",)
 # What `bench` hands to the child pytest as options (the child reads the environment through the same table).
-BENCH_FORWARDED = ("target", "device", "dtype", "kernels")
+BENCH_FORWARDED = ("target", "device", "dtype", "kernels", "drafter")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name in IMPORT_OPTIONS:
         options.add_cli_option(i, name)
     i.add_argument("bundle", help="bundle file written by `export`")
+    x = sub.add_parser("export-drafter", help="write the prepared drafter as a transformers DFlash checkpoint "
+                       "(config.json + model.safetensors, MuseGlimmerAssistantModel)")
+    for name in EXPORT_DRAFTER_OPTIONS:
+        options.add_cli_option(x, name)
+    x.add_argument("--out", required=True, help="directory to write (new or empty)")
     return ap
 
 
@@ -123,7 +129,7 @@ def cmd_prepare(a) -> int:
 
     options.resolve(a, PREPARE_OPTIONS)
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
-                  threads=a.threads, **_optional(revision=a.revision))
+                  threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter))
     print(out)
     return 0
 
@@ -136,6 +142,25 @@ def cmd_export(a) -> int:
     doc = export_bundle(a.out, a.target, a.home)
     print(json.dumps({"bundle": str(a.out), "target": a.target, "content_sha256": doc["target"]["content_sha256"],
                       "files": len(doc["files"])}))
+    return 0
+
+
+def cmd_export_drafter(a) -> int:
+    """The verified prepared drafter of `--target` as a transformers checkpoint (AutoModel loads it, and
+    `generate(assistant_model=..., speculation_type="dflash")` drafts with it)."""
+    from .artifacts import target_identity
+    from .hf_drafter import export_drafter
+    from .prepared import load_prepared
+    from .target import load_target
+
+    options.resolve(a, EXPORT_DRAFTER_OPTIONS)
+    check_target_args(a.target, a.home, a.revision)
+    rt = load_target(a.target, "cpu", "float32", home=a.home, kernels="eager", **_optional(revision=a.revision))
+    prepared = load_prepared(rt, home=a.home)  # refuses (with the prepare to run) when there is no drafter
+    out = export_drafter(prepared.drafter, rt.config, a.out, target_identity(rt))
+    cfg = prepared.drafter.cfg
+    print(json.dumps({"out": str(out), "target": a.target, "block_size": cfg.block_size + 1,
+                      "mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.taps)}))
     return 0
 
 
@@ -173,12 +198,14 @@ def cmd_run(a) -> int:
     prepared = None
     if info.build is not None:
         try:
-            prepared = load_prepared(rt, home=a.home, required=info.needs)
+            prepared = load_prepared(rt, home=a.home, required=info.needs, drafter=a.drafter)
+        except BadInputError:
+            raise  # an unusable --drafter: preparing again would not help
         except DFlashError as exc:
             print(f"[run] artifacts missing or stale ({exc}); running `prepare` first", file=sys.stderr)
             base = rt if a.device == "cpu" and str(rt.dtype) == "torch.float32" and rt.kernels == "eager" else None
-            prepare(a.target, home=a.home, rt=base, threads=a.threads, **where)
-            prepared = load_prepared(rt, home=a.home, required=info.needs)
+            prepare(a.target, home=a.home, rt=base, threads=a.threads, drafter=a.drafter, **where)
+            prepared = load_prepared(rt, home=a.home, required=info.needs, drafter=a.drafter)
     prompt_ids = rt.encode(a.prompt)
     ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)
     doc = {"method": a.method, "target": a.target, "device": str(rt.device), "dtype": str(rt.dtype),
@@ -234,7 +261,7 @@ def cmd_bench(a) -> int:
         env["DFLASH_REVISION"] = a.revision
     # Builds (or verifies) the artifacts on CPU float32, whatever the benchmark device.
     prepare(a.target, home=a.home, threads=options.env_value("threads"),
-            **_optional(revision=a.revision))
+            **_optional(revision=a.revision, drafter=a.drafter))
     dev = a.device.split(":")[0]
     args = [sys.executable, "-m", "pytest", str(bench_dir), "-p", "no:cacheprovider", "--benchmark-autosave",
             f"--benchmark-storage=file://.benchmarks/{dev}", "--benchmark-columns=median,iqr,rounds",
@@ -268,6 +295,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_export(a)
         if a.cmd == "import":
             return cmd_import(a)
+        if a.cmd == "export-drafter":
+            return cmd_export_drafter(a)
         return cmd_run(a)
     except DFlashError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -12,7 +12,6 @@ lock (`<home>/.prepare.lock`) while it writes; readers take the same lock, so th
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import platform
@@ -85,30 +84,81 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
     write_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
 
 
-def torch_bytes(obj: Any) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
+TREE_KEY = "dflash_tree"  # safetensors metadata entry: the JSON skeleton of the nested artifact
+TENSOR_REF = "$tensor"  # in the skeleton, {"$tensor": key} stands for the tensor stored under `key`
 
 
-def load_torch_file(path: str | Path) -> Any:
-    """torch.load an artifact with weights_only=True; a refused pickle is an ArtifactError with the fix.
+def tensor_bytes(obj: Any) -> bytes:
+    """A nested artifact (dicts/lists of tensors, numbers, strings) as safetensors bytes.
 
-    torch's own message suggests `weights_only=False`, i.e. running the file's code: never the fix here.
+    Tensors are stored under their path in the tree ("state_dict/layers.0.q.weight": "/" joins the levels,
+    since state-dict keys already use dots); everything else rides as a JSON skeleton in the safetensors
+    metadata header, where {"$tensor": key} marks each tensor. Loading is `load_tensor_file`: nothing is ever
+    unpickled (safetensors is a flat header + raw buffers), unlike the torch.save files this replaces.
     """
-    import pickle
-
     import torch
+    from safetensors.torch import save
 
+    tensors: dict[str, Any] = {}
+
+    def walk(x: Any, path: tuple[str, ...]) -> Any:
+        if isinstance(x, torch.Tensor):
+            key = "/".join(path) or "tensor"
+            if key in tensors:
+                raise ValueError(f"two tensors of the artifact map to the key {key!r} (a dict key contains '/')")
+            tensors[key] = x.detach().to("cpu").contiguous().clone()  # clone: safetensors refuses shared storage
+            return {TENSOR_REF: key}
+        if isinstance(x, dict):
+            if any(not isinstance(k, str) or k == TENSOR_REF for k in x):
+                raise ValueError(f"artifact dict keys must be strings other than {TENSOR_REF!r}: {list(x)[:5]}")
+            return {k: walk(v, (*path, k)) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v, (*path, str(i))) for i, v in enumerate(x)]
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return x
+        raise TypeError(f"an artifact holds tensors, dicts, lists and JSON scalars, not {type(x).__name__}")
+
+    skeleton = walk(obj, ())
+    # One metadata entry only: safetensors writes its metadata map in hash order, which varies between
+    # processes, and prepare's files must be byte-reproducible (same SHA-256 every build).
+    return save(tensors, metadata={TREE_KEY: json.dumps(skeleton, sort_keys=True)})
+
+
+def load_tensor_file(path: str | Path) -> Any:
+    """Read an artifact written from `tensor_bytes` (safetensors; no unpickling, no code runs).
+
+    A file that is not such an artifact (corrupt header, a torch.save pickle, a bare checkpoint without the
+    skeleton) is an ArtifactError naming the file and the fix.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    fix = "rebuild it with `python -m dflash_core prepare --target <target> --refresh`"
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
-        raise ArtifactError(
-            f"artifact {path} is not a plain tensor file the lab can load safely ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0][:160]}); the lab never unpickles code: rebuild it with "
-            "`python -m dflash_core prepare --target <target> --refresh`") from exc
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+        skeleton = json.loads(meta[TREE_KEY]) if TREE_KEY in meta else None
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ArtifactError(f"artifact {path} is not a readable safetensors file ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); the lab loads only "
+                            f"safetensors and never unpickles: {fix}") from exc
+    if skeleton is None:
+        raise ArtifactError(f"artifact {path} is a safetensors file without the lab's {TREE_KEY!r} metadata "
+                            f"(not written by prepare): {fix}")
+
+    def build(x: Any) -> Any:
+        if isinstance(x, dict):
+            if set(x) == {TENSOR_REF}:
+                if x[TENSOR_REF] not in tensors:
+                    raise ArtifactError(f"artifact {path} names a tensor {x[TENSOR_REF]!r} it does not hold: "
+                                        f"the file is corrupt; {fix}")
+                return tensors[x[TENSOR_REF]]
+            return {k: build(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [build(v) for v in x]
+        return x
+
+    return build(skeleton)
 
 
 # --- target identity (content, not names) --------------------------------------------------------

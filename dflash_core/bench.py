@@ -45,6 +45,7 @@ class BenchConfig:
     seed: int = _default("seed")
     noise_threshold: float = _default("noise_threshold")
     race_max: int = _default("race_max")  # racing cap, a multiple of `rounds` (dflash_core.racing)
+    drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     smoke: bool = False
     tune: bool = False
     references: bool = True
@@ -185,9 +186,9 @@ def _open(cfg: BenchConfig) -> BenchSession:
 
     # A hub revision reaches the child pytest of `bench` as DFLASH_REVISION (it has no pytest option).
     where = {"revision": rev} if (rev := env_value("revision")) else {}
-    prepare(cfg.target, progress=False, **where)  # artifacts are built on CPU float32 whatever the device
+    prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
     rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels, **where)
-    prepared = load_prepared(rt)
+    prepared = load_prepared(rt, drafter=cfg.drafter)
     family = family_for(rt, PrepareConfig())
     ps = load_prompts(family)
     check_disjoint({"train": ps.train, "calibration": ps.calibration, "benchmark": ps.benchmark})
@@ -601,7 +602,7 @@ def measure_aa(sess: BenchSession, phase: str) -> list[float]:
 
 def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None) -> dict:
     """Time reference `kind` (dflash_core.references) against `normal` in `rounds` paired rounds."""
-    runner = reference_runner(sess.rt, sess.prompt_ids, sess.references, sess.cfg.tokens, kind)
+    runner = reference_runner(sess.rt, sess.prompt_ids, sess.references, sess.cfg.tokens, kind, sess.prepared)
 
     def run():
         outs, wall = runner()

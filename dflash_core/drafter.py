@@ -7,8 +7,11 @@
   the layers; they only supply K/V.
 * The block `[anchor, MASK x B]` attends non-causally to itself and to all context rows. Each MASK
   position predicts its own token; the anchor's output is discarded. B is the number of drafted tokens.
-* Embeddings and LM head are the target's (frozen, shared). The target vocabulary has no mask token, so
-  the drafter learns one mask embedding (a documented departure from upstream's reserved token id).
+* Embeddings and LM head are the target's (frozen, shared). The MASK rows are the target's embedding of
+  `mask_token_id`, as upstream and transformers' `MuseGlimmerAssistantModel` do (prepare uses the target's
+  pad token, which never occurs in text); so the drafter converts 1:1 to that format (`hf_drafter`).
+* Attention may be grouped-query (`num_kv_heads` < `num_heads`) and `head_dim` may be set explicitly, so a
+  published transformers-format drafter loads too; prepare trains plain multi-head attention.
 * The drafter keeps its own cache of context K/V (`DraftState`), extended with the rows each verify keeps;
   block K/V are never cached.
 """
@@ -34,10 +37,17 @@ class DrafterConfig:
     intermediate_size: int = 512
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
+    mask_token_id: int = 0  # the target token whose embedding fills the B MASK rows of a block
+    kv_heads: int | None = None  # None: num_heads (plain multi-head attention)
+    attn_head_dim: int | None = None  # None: hidden_size // num_heads
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.attn_head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.kv_heads or self.num_heads
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -85,12 +95,12 @@ def rope(x: torch.Tensor, pos: torch.Tensor, theta: float) -> torch.Tensor:
 class DrafterLayer(nn.Module):
     def __init__(self, cfg: DrafterConfig):
         super().__init__()
-        h, nh, hd = cfg.hidden_size, cfg.num_heads, cfg.head_dim
+        h, nh, hd, nkv = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.num_kv_heads
         self.cfg = cfg
         self.in_norm = RMSNorm(h, cfg.norm_eps)
         self.q = nn.Linear(h, nh * hd, bias=False)
-        self.k = nn.Linear(h, nh * hd, bias=False)
-        self.v = nn.Linear(h, nh * hd, bias=False)
+        self.k = nn.Linear(h, nkv * hd, bias=False)
+        self.v = nn.Linear(h, nkv * hd, bias=False)
         self.o = nn.Linear(nh * hd, h, bias=False)
         self.q_norm = RMSNorm(hd, cfg.norm_eps)
         self.k_norm = RMSNorm(hd, cfg.norm_eps)
@@ -99,9 +109,9 @@ class DrafterLayer(nn.Module):
         self.up = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.down = nn.Linear(cfg.intermediate_size, h, bias=False)
 
-    def _heads(self, x):  # [N, T, nh*hd] -> [N, nh, T, hd]
+    def _heads(self, x):  # [N, T, heads*hd] -> [N, heads, T, hd]
         n, t, _ = x.shape
-        return x.view(n, t, self.cfg.num_heads, self.cfg.head_dim).transpose(1, 2)
+        return x.view(n, t, -1, self.cfg.head_dim).transpose(1, 2)
 
     def context_kv(self, fused: torch.Tensor, pos: torch.Tensor):
         """K/V of fused context rows [N, T, H] at positions `pos` (the KV injection)."""
@@ -117,6 +127,9 @@ class DrafterLayer(nn.Module):
         v = self._heads(self.v(hx))
         k = torch.cat([ctx_k, k], dim=2)
         v = torch.cat([ctx_v, v], dim=2)
+        rep = self.cfg.num_heads // self.cfg.num_kv_heads
+        if rep > 1:  # grouped-query attention: query head i reads kv head i // rep
+            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
         n, _, t, _ = att.shape
         x = x + self.o(att.transpose(1, 2).reshape(n, t, -1))
@@ -132,7 +145,6 @@ class DFlashDrafter(nn.Module):
         self.cfg = cfg
         self.fc = nn.Linear(len(cfg.taps) * cfg.hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps)
-        self.mask_embedding = nn.Parameter(torch.randn(cfg.hidden_size) * 0.02)
         self.layers = nn.ModuleList([DrafterLayer(cfg) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps)
 
@@ -140,10 +152,10 @@ class DFlashDrafter(nn.Module):
         return self.hidden_norm(self.fc(taps))
 
     def block_input(self, anchors: torch.Tensor, embed: nn.Module) -> torch.Tensor:
-        """[N] anchor ids -> [N, B+1, H]: the anchor's embedding followed by B mask embeddings."""
-        a = embed(anchors).unsqueeze(1)
-        m = self.mask_embedding.to(a.dtype).expand(a.shape[0], self.cfg.block_size, -1)
-        return torch.cat([a, m], dim=1)
+        """[N] anchor ids -> [N, B+1, H]: the target's embeddings of [anchor, mask_token_id x B]."""
+        ids = torch.cat([anchors.view(-1, 1), anchors.new_full((anchors.numel(), self.cfg.block_size),
+                                                               self.cfg.mask_token_id)], dim=1)
+        return embed(ids)
 
     def run_block(self, x, pos, ctx, mask=None):
         """ctx: list of (k, v) per layer. Returns final-normed hidden rows of the B mask positions."""
@@ -184,7 +196,7 @@ class DraftState:
         x = d.block_input(torch.tensor([anchor], device=p.device), embed).to(p.dtype)
         pos = torch.arange(self.length, self.length + d.cfg.block_size + 1, device=p.device)
         ctx = self.kv if self.kv is not None else [
-            (x.new_zeros(1, d.cfg.num_heads, 0, d.cfg.head_dim),) * 2 for _ in d.layers]
+            (x.new_zeros(1, d.cfg.num_kv_heads, 0, d.cfg.head_dim),) * 2 for _ in d.layers]
         hidden = d.run_block(x, pos, ctx)[0]
         return head(hidden.to(head.weight.dtype)), hidden
 

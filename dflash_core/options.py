@@ -110,6 +110,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("kernels", "DFLASH_KERNELS", "auto", "linear-layer path: auto (oneDNN-prepacked for CPU float32 targets "
            "with hidden >= 1024, eager otherwise), eager, onednn (CPU float32 only)", choices=KERNEL_CHOICES,
            cli="--kernels", pytest="--kernels"),
+    Option("drafter", "DFLASH_DRAFTER", None, "a transformers-format DFlash drafter (directory or hub id) used "
+           "instead of training one; prepare fits every method's artifacts on it", cli="--drafter",
+           pytest="--drafter", default_text="none: prepare trains one"),
     Option("home", "DFLASH_HOME", None, "artifact cache: the mini target, the drafter and the method fits",
            cli="--home", default_text="~/.cache/dflash-mini-lab"),
     Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, cli="--threads",
@@ -147,7 +150,7 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 # BenchConfig fields whose value comes from this table (env, then the pytest option).
 BENCH_FIELDS = ("target", "device", "dtype", "kernels", "threads", "tokens", "rounds", "prompt_limit",
-                "calibration_tokens", "calibration_prompt_limit", "seed", "noise_threshold", "race_max")
+                "calibration_tokens", "calibration_prompt_limit", "seed", "noise_threshold", "race_max", "drafter")
 
 
 def option(name: str) -> Option:

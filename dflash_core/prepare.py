@@ -22,12 +22,11 @@ from typing import Any
 from .artifacts import (
     TARGET_MANIFEST,
     adopt_legacy_artifacts,
-    artifact_dir,
     file_entry,
     home_lock,
     read_manifest,
     target_identity,
-    torch_bytes,
+    tensor_bytes,
     verify_target_files,
     write_atomic,
     write_json_atomic,
@@ -35,7 +34,7 @@ from .artifacts import (
     write_target_manifest,
 )
 from .errors import ArtifactError, BadInputError
-from .prepared import DRAFTER_FILE, Prepared, load_prepared  # noqa: F401  (re-exported: callers import them here)
+from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
 from .train import TrainConfig
 
 TRAJ_FILE = "trajectories.json"
@@ -167,7 +166,8 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
 
 
 def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,
-            cfg: PrepareConfig | None = None, rt=None, threads: int | None = None) -> Path:
+            cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
+            drafter: str | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
     With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
@@ -176,6 +176,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     `threads` overrides cfg.threads (the torch intra-op threads prepare trains with; recorded, not compared:
     on this lab's CPU kind the mini build gave identical weights with 1 and 2 threads, docs/mini-target.md).
     The caller's own torch thread count is restored afterwards.
+    `drafter`: a transformers-format DFlash drafter (directory or hub id) used instead of training one; its
+    artifacts (every fitter runs on it) go to their own directory, keyed by the drafter's content hash.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     """
     from .device import torch_threads
@@ -190,7 +192,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     ensure_console_logging()
     with torch_threads(cfg.threads), home_lock(home, wait_message="another prepare is running"):
         return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt,
-                        accept_recorded=accept_recorded)
+                        accept_recorded=accept_recorded, drafter=drafter)
 
 
 def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False) -> str | None:
@@ -211,10 +213,11 @@ def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False
 
 
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
-             accept_recorded: bool = False) -> Path:
+             accept_recorded: bool = False, drafter: str | None = None) -> Path:
     import torch
 
     from .drafter import DrafterConfig, default_taps, parameter_count
+    from .hf_drafter import mask_token_for
     from .methods import FitContext, fit_files, fitters
     from .target import load_target
     from .train import train_drafter, trajectories
@@ -224,8 +227,15 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         ensure_target(target, home, refresh, progress)
         rt = load_target(target, "cpu", "float32", home=home)
     ident = target_identity(rt)
-    out = artifact_dir(ident, home)
-    if not refresh:
+    imported, source_sha = None, None
+    if drafter:
+        from .hf_drafter import drafter_digest, load_hf_drafter, resolve_drafter_source
+
+        source = resolve_drafter_source(drafter)
+        source_sha = drafter_digest(source)
+        imported = load_hf_drafter(source, rt, ident)  # refuses a drafter made for another target, before any work
+    out = prepared_dir(ident, home, source_sha)
+    if not refresh and imported is None:
         moved = adopt_legacy_artifacts(rt.model, ident, home)
         if moved is not None:
             _log(f"moved the artifacts of a home prepared before content keys to {moved} (files unchanged)")
@@ -248,15 +258,21 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     t_traj = time.perf_counter() - t0
     _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
     trajs, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
-    dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size,
-                         taps=default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers)),
-                         block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
-                         intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size)
-    _log(f"training the drafter ({cfg.train.steps} steps, block {cfg.block_size}, taps {list(dcfg.taps)})")
-    drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress)
+    if imported is not None:
+        dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
+        _log(f"using the transformers-format drafter {drafter} (block {dcfg.block_size}, taps {list(dcfg.taps)})")
+        drafter = imported
+    else:
+        dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size,
+                             taps=default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers)),
+                             block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
+                             intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
+                             mask_token_id=mask_token_for(rt.config))
+        _log(f"training the drafter ({cfg.train.steps} steps, block {cfg.block_size}, taps {list(dcfg.taps)})")
+        drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress)
     files: dict[str, dict] = {}
     sd = {k: v.detach().float().cpu().contiguous() for k, v in drafter.state_dict().items()}
-    write_atomic(out / DRAFTER_FILE, torch_bytes({"config": dcfg.to_dict(), "state_dict": sd}))
+    write_atomic(out / DRAFTER_FILE, tensor_bytes({"config": dcfg.to_dict(), "state_dict": sd}))
     files[DRAFTER_FILE] = file_entry(out / DRAFTER_FILE)
     write_json_atomic(out / TRAJ_FILE, {"family": family, "prompt_lens": [len(s) for s in seeds],
                                         "sequences": trajs})

@@ -2,7 +2,9 @@
 
 `load_prepared` verifies the manifest against the runtime's target and loads the drafter; `Prepared`
 checks that the files a method needs are listed, and loads and caches each artifact once (proposers
-are rebuilt per run during calibration).
+are rebuilt per run during calibration). Every tensor artifact is safetensors (`artifacts.tensor_bytes`):
+loading a home never unpickles anything. A home prepared with an imported transformers-format drafter
+(`--drafter`) lives beside the target's own artifacts, keyed by the drafter's content hash too.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .artifacts import artifact_dir, load_torch_file, read_manifest, target_identity
+from .artifacts import artifact_dir, load_tensor_file, read_manifest, target_identity
 from .errors import ArtifactError
 
-DRAFTER_FILE = "drafter.pt"
+DRAFTER_FILE = "drafter.safetensors"
 
 
 @dataclass
@@ -31,8 +33,11 @@ class Prepared:
     def load_json(self, name: str) -> Any:
         return json.loads((self.directory / name).read_text("utf-8"))
 
-    def load_torch(self, name: str) -> Any:
-        return load_torch_file(self.directory / name)
+    def load_tensors(self, name: str) -> Any:
+        """A tensor artifact (safetensors + JSON skeleton), as the nested data its fitter wrote."""
+        return load_tensor_file(self.directory / name)
+
+    load_torch = load_tensors  # the name callers used when artifacts were torch.save files
 
     def require(self, names: tuple[str, ...], who: str = "this method") -> None:
         """Refuse when the manifest lacks a file `who` needs (names the prepare to run)."""
@@ -54,7 +59,7 @@ class Prepared:
         """An nn.Module saved as {"config", "state_dict"} in artifact `name`, built once, in eval mode."""
         def load():
             self.require((name,))
-            blob = self.load_torch(name)
+            blob = self.load_tensors(name)
             mod = cls(**blob["config"])
             mod.load_state_dict(blob["state_dict"])
             return mod.eval()
@@ -62,19 +67,40 @@ class Prepared:
         return self.cached(name + "#module", load)
 
 
-def load_prepared(rt, *, home=None, required: tuple[str, ...] = ()) -> Prepared:
-    """Verify the manifest against the runtime's target and load the drafter onto its device/dtype."""
+def drafter_source_digest(drafter: str | None) -> str | None:
+    """The content hash of an imported drafter (`--drafter DIR_OR_HUB_ID`), None for the trained one."""
+    if not drafter:
+        return None
+    from .hf_drafter import drafter_digest, resolve_drafter_source
+
+    return drafter_digest(resolve_drafter_source(drafter))
+
+
+def prepared_dir(identity: dict, home=None, drafter_sha256: str | None = None) -> Path:
+    """The artifact directory: the target's own, or (imported drafter) `<target key>--drafter-<hash16>`."""
+    d = artifact_dir(identity, home)
+    return d if drafter_sha256 is None else d.with_name(f"{d.name}--drafter-{drafter_sha256[:16]}")
+
+
+def load_prepared(rt, *, home=None, required: tuple[str, ...] = (), drafter: str | None = None) -> Prepared:
+    """Verify the manifest against the runtime's target and load the drafter onto its device/dtype.
+
+    `drafter`: the transformers-format drafter the home was prepared with (`prepare(..., drafter=)`)."""
     import torch
 
     from .drafter import DFlashDrafter, DrafterConfig
 
     ident = target_identity(rt)
-    d = artifact_dir(ident, home)
+    d = prepared_dir(ident, home, drafter_source_digest(drafter))
     doc = read_manifest(d, ident, required=(DRAFTER_FILE, *required))
-    blob = load_torch_file(d / DRAFTER_FILE)
-    dcfg = DrafterConfig.from_dict(blob["config"])
-    drafter = DFlashDrafter(dcfg)
-    drafter.load_state_dict(blob["state_dict"])
+    blob = load_tensor_file(d / DRAFTER_FILE)
+    try:
+        drafter = DFlashDrafter(DrafterConfig.from_dict(blob["config"]))
+        drafter.load_state_dict(blob["state_dict"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise ArtifactError(f"{d / DRAFTER_FILE} is not a drafter artifact ({type(exc).__name__}: "
+                            f"{str(exc).splitlines()[0][:160] if str(exc) else ''}): run `python -m dflash_core "
+                            f"prepare --target {ident.get('name', '<target>')} --refresh`") from exc
     dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
     drafter = drafter.to(device=rt.device, dtype=dt).eval()
     if getattr(rt, "kernels", "eager") != "eager" and dt == torch.float32:

@@ -1,9 +1,10 @@
 """Reference rows of the benchmark (peers and bounds measured in the same run, not methods).
 
 `generate` (transformers' greedy loop), `prompt_lookup` and `assisted` (transformers' own speculative
-decoders) are the peers; `oracle-w<w>` (drafts that replay greedy, tau = w + 1) is the upper bound of the
-lab's own loop at width w. Each runner makes one pass over the benchmark prompts and returns
-(outputs, wall seconds); bench.measure_reference pairs it with `normal`.
+decoders) and `dflash_transformers` (transformers' own DFlash generation, `speculation_type="dflash"`, with
+the same drafter weights as the lab's methods) are the peers; `oracle-w<w>` (drafts that replay greedy,
+tau = w + 1) is the upper bound of the lab's own loop at width w. Each runner makes one pass over the
+benchmark prompts and returns (outputs, wall seconds); bench.measure_reference pairs it with `normal`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from .decode import speculative
 from .device import synchronize
 
-REFERENCES = ("generate", "prompt_lookup", "assisted")
+REFERENCES = ("generate", "prompt_lookup", "assisted", "dflash_transformers")
 
 
 def early_exit_assistant(rt, layers: int | None = None):
@@ -35,6 +36,25 @@ def early_exit_assistant(rt, layers: int | None = None):
     m.config.num_hidden_layers = n
     m.config.layer_types = list(m.config.layer_types)[:n]
     return m.eval()
+
+
+def transformers_dflash_assistant(rt, prepared):
+    """The prepared drafter as transformers' `MuseGlimmerAssistantModel`, on the target's device and dtype.
+
+    Built from the drafter artifact itself (not the loaded module, which may carry repacked kernels), so the
+    weights are exactly the ones the lab's methods draft with. transformers feeds the assistant the target's
+    embeddings and hidden states unconverted, so it runs in the target's dtype.
+    """
+    from .artifacts import load_tensor_file
+    from .drafter import DFlashDrafter, DrafterConfig
+    from .hf_drafter import to_hf_model
+    from .prepared import DRAFTER_FILE
+
+    blob = load_tensor_file(prepared.directory / DRAFTER_FILE)
+    drafter = DFlashDrafter(DrafterConfig.from_dict(blob["config"]))
+    drafter.load_state_dict(blob["state_dict"])
+    drafter = drafter.to(device=rt.device, dtype=rt.dtype)
+    return to_hf_model(drafter, rt.config)
 
 
 def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any) -> tuple[list[list[int]], float]:
@@ -70,8 +90,9 @@ def oracle_all(rt, prompt_ids: list[list[int]], references: list[list[int]], tok
 
 
 def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
-                     kind: str) -> Callable[[], tuple[list[list[int]], float]]:
-    """A callable returning (outputs, wall seconds) for one pass of reference `kind` over the prompts."""
+                     kind: str, prepared=None) -> Callable[[], tuple[list[list[int]], float]]:
+    """A callable returning (outputs, wall seconds) for one pass of reference `kind` over the prompts
+    (`prepared`: the artifacts, which `dflash_transformers` takes its drafter from)."""
     if kind == "generate":
         return lambda: generate_all(rt, prompt_ids, tokens)
     if kind == "prompt_lookup":
@@ -79,6 +100,11 @@ def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]
     if kind == "assisted":
         assistant = early_exit_assistant(rt)
         return lambda: generate_all(rt, prompt_ids, tokens, assistant_model=assistant)
+    if kind == "dflash_transformers":
+        if prepared is None:
+            raise ValueError("the dflash_transformers reference needs the prepared drafter")
+        drafter = transformers_dflash_assistant(rt, prepared)
+        return lambda: generate_all(rt, prompt_ids, tokens, assistant_model=drafter, speculation_type="dflash")
     if kind.startswith("oracle-w"):
         w = int(kind[len("oracle-w"):])
         return lambda: oracle_all(rt, prompt_ids, references, tokens, w)

@@ -265,21 +265,99 @@ def test_wrong_shape_manifest_is_an_artifact_error_and_prepare_repairs_it(lab, t
         prepare(str(lab["ckpt"]), home=home, cfg=CFG, rt=rt, progress=False)
 
 
-class Payload:  # a class a weights-only unpickler must refuse
+class Payload:  # what a pickle could smuggle in: loading must never get as far as unpickling it
     pass
 
 
-def test_refused_pickle_names_the_file_and_the_fix(lab, tmp_path):
+def _install(out: Path, name: str, data: bytes) -> None:
+    """Replace artifact `name` and re-list it in the manifest, so only the file's content is wrong."""
+    (out / name).write_bytes(data)
+    doc = json.loads((out / MANIFEST).read_text())
+    doc["files"][name] = file_entry(out / name)
+    (out / MANIFEST).write_text(json.dumps(doc))
+
+
+def test_a_pickle_in_place_of_an_artifact_is_refused_unread(lab, tmp_path, monkeypatch):
+    """A torch.save pickle listed with a consistent manifest: an ArtifactError with the fix; no unpickler runs."""
+    import io
+    import pickle
+
     import torch
 
     home, out = _home_copy(lab, tmp_path)
-    torch.save({"config": {}, "state_dict": Payload()}, out / DRAFTER_FILE)
-    doc = json.loads((out / MANIFEST).read_text())
-    doc["files"][DRAFTER_FILE] = file_entry(out / DRAFTER_FILE)  # a consistent manifest: only the pickle is bad
-    (out / MANIFEST).write_text(json.dumps(doc))
-    with pytest.raises(ArtifactError, match=r"drafter\.pt.*--refresh") as exc:
+    buf = io.BytesIO()
+    torch.save({"config": {}, "state_dict": Payload()}, buf)
+    _install(out, DRAFTER_FILE, buf.getvalue())
+
+    def forbidden(*a, **k):
+        raise AssertionError("an artifact was unpickled")
+
+    monkeypatch.setattr(pickle, "Unpickler", forbidden)
+    monkeypatch.setattr(torch, "load", forbidden)
+    with pytest.raises(ArtifactError, match=r"drafter\.safetensors.*safetensors.*--refresh") as exc:
         load_prepared(_rt(lab), home=home)
     assert "weights_only=False" not in str(exc.value)
+
+
+@pytest.mark.parametrize("damage", ["header", "skeleton", "tensor"])
+def test_a_corrupt_safetensors_artifact_is_an_artifact_error(lab, tmp_path, damage):
+    """Damage the manifest's hash cannot see (re-listed): a bad header, a skeleton naming a missing tensor, or a
+    tensor of the wrong shape; each is refused with the file and the fix, never a crash deeper in."""
+    import struct
+
+    from safetensors.torch import save
+
+    from dflash_core.artifacts import TREE_KEY, load_tensor_file
+
+    home, out = _home_copy(lab, tmp_path)
+    good = (out / DRAFTER_FILE).read_bytes()
+    if damage == "header":
+        assert struct.unpack("<Q", good[:8])[0] > 16  # the header is longer than what is overwritten
+        data = good[:8] + b"{" * 16 + good[24:]  # the JSON header no longer parses
+    else:
+        blob = load_tensor_file(out / DRAFTER_FILE)
+        sd = dict(blob["state_dict"])
+        tree = {"config": blob["config"], "state_dict": {k: {"$tensor": f"state_dict/{k}"} for k in sd}}
+        if damage == "skeleton":
+            sd.pop("fc.weight")  # the skeleton still names it
+        else:
+            sd["fc.weight"] = sd["fc.weight"][:, :-1].contiguous()
+        data = save({f"state_dict/{k}": v for k, v in sd.items()}, metadata={TREE_KEY: json.dumps(tree)})
+    _install(out, DRAFTER_FILE, data)
+    with pytest.raises(ArtifactError, match=r"drafter\.safetensors.*--refresh"):
+        load_prepared(_rt(lab), home=home)
+
+
+def test_a_home_loads_without_unpickling_anything(lab, tmp_path, monkeypatch):
+    """Every artifact of a prepared home (drafter + every fitter's file) loads with torch.load and the pickle
+    machinery made to raise: the home holds safetensors and JSON only."""
+    import pickle
+
+    import torch
+
+    from dflash_core.methods import METHODS
+
+    home, out = _home_copy(lab, tmp_path)
+    rt = _rt(lab)
+
+    def forbidden(*a, **k):
+        raise AssertionError("something was unpickled")
+
+    monkeypatch.setattr(torch, "load", forbidden)
+    monkeypatch.setattr(pickle, "load", forbidden)
+    monkeypatch.setattr(pickle, "loads", forbidden)
+    monkeypatch.setattr(pickle, "Unpickler", forbidden)
+    prepared = load_prepared(rt, home=home)
+    suffixes = {Path(n).suffix for n in prepared.manifest["files"]}
+    assert suffixes <= {".safetensors", ".json"}, suffixes
+    built = 0
+    for m in METHODS.values():
+        if m.build is None:
+            continue
+        m.build(rt, prepared)  # each proposer loads the files its method needs
+        built += 1
+    assert built == len(METHODS) - 1
+    assert prepared.files  # the fitted heads were actually read
 
 
 # --- 19.8: the lock -------------------------------------------------------------------------------

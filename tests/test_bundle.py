@@ -116,7 +116,7 @@ def _bad_member_byte(src, dst):
 
 
 def _bad_member_cut(src, dst):
-    _rewrite(src, dst, lambda n, d: d[: len(d) - 7] if n.endswith("drafter.pt") or n.endswith("model.safetensors")
+    _rewrite(src, dst, lambda n, d: d[: len(d) - 7] if n.endswith(("drafter.safetensors", "model.safetensors"))
              else d)
 
 

@@ -64,7 +64,7 @@ def test_flipped_byte_is_refused(tiny_dir, prepared_home, tmp_path):
     data = bytearray((out / DRAFTER_FILE).read_bytes())
     data[len(data) // 2] ^= 0x01
     (out / DRAFTER_FILE).write_bytes(bytes(data))
-    with pytest.raises(ArtifactError, match=r"drafter\.pt fails its SHA-256 check.*--refresh"):
+    with pytest.raises(ArtifactError, match=r"drafter\.safetensors fails its SHA-256 check.*--refresh"):
         load_prepared(rt, home=home)
 
 
@@ -74,7 +74,7 @@ def test_truncated_file_is_refused(tiny_dir, prepared_home, tmp_path):
     out = next((home / "artifacts").iterdir())
     data = (out / DRAFTER_FILE).read_bytes()
     (out / DRAFTER_FILE).write_bytes(data[:-10])
-    with pytest.raises(ArtifactError, match=r"drafter\.pt has \d+ bytes.*truncated.*--refresh"):
+    with pytest.raises(ArtifactError, match=r"drafter\.safetensors has \d+ bytes.*truncated.*--refresh"):
         load_prepared(rt, home=home)
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from ..artifacts import torch_bytes
+from ..artifacts import tensor_bytes
 from ..errors import ArtifactError
 from .base import Fitter, MethodInfo
 from .block import BlockProposer
@@ -46,7 +46,7 @@ from .fitting import (
     train_steps,
 )
 
-DSPARK_FILE = "dspark.pt"
+DSPARK_FILE = "dspark.safetensors"
 RANK = 16
 LR, WEIGHT_DECAY, BATCH = 3e-3, 1e-4, 64
 
@@ -208,7 +208,7 @@ def fit_dspark(ctx) -> dict:
                          "training": training}}
     meta = {"file": DSPARK_FILE, "config": cfg, **provenance, **training,
             "position_scale": pos_scale.tolist(), "seconds": time.perf_counter() - t0}
-    return {"files": {DSPARK_FILE: torch_bytes(blob)}, "meta": meta}
+    return {"files": {DSPARK_FILE: tensor_bytes(blob)}, "meta": meta}
 
 
 DSPARK_FITTER = Fitter("dspark", (DSPARK_FILE,), fit_dspark)

@@ -15,7 +15,7 @@ import random
 
 import torch
 
-from ..artifacts import torch_bytes
+from ..artifacts import tensor_bytes
 from ..drafter import parameter_count
 from .examples import DraftExamples, draft_examples
 
@@ -166,7 +166,7 @@ def head_meta(losses: list[float], held: torch.Tensor, module: torch.nn.Module) 
 def module_bytes(module: torch.nn.Module, config: dict) -> bytes:
     """A head as artifact bytes: {"config", "state_dict" (float32)}, loadable by `Prepared.module`."""
     sd = {k: v.detach().float().contiguous() for k, v in module.state_dict().items()}
-    return torch_bytes({"config": config, "state_dict": sd})
+    return tensor_bytes({"config": config, "state_dict": sd})
 
 
 # --- closed-form ridge --------------------------------------------------------------------------------

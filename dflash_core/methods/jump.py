@@ -40,8 +40,8 @@ from .fitting import (
 from .mobs import mobs_select
 from .selector import PAIR_FITTER, ContextProposer
 
-JUMP_FILE = "jump_head.pt"
-FUSED_FILE = "fused_residual.pt"
+JUMP_FILE = "jump_head.safetensors"
+FUSED_FILE = "fused_residual.safetensors"
 
 
 def jump_positions(block: int) -> tuple[int, ...]:

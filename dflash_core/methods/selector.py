@@ -33,7 +33,7 @@ from .fitting import (
     train_steps,
 )
 
-PAIR_FILE = "pair_selector.pt"
+PAIR_FILE = "pair_selector.safetensors"
 
 
 class PairSelector(nn.Module):

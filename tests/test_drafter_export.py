@@ -1,0 +1,236 @@
+"""The drafter in transformers' DFlash format: export, load, cross-check against transformers' own drafter,
+import with `--drafter` (all methods run on it), and refusal of a drafter made for another target."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+import torch
+
+from dflash_core import __main__ as cli
+from dflash_core.drafter import DraftState
+from dflash_core.errors import ArtifactError, BadInputError
+from dflash_core.exactness import TIE_TOLERANCE
+from dflash_core.hf_drafter import load_hf_drafter
+from dflash_core.methods import METHODS, method_ids
+from dflash_core.prepare import prepare
+from dflash_core.prepared import load_prepared
+from dflash_core.runner import run_method
+from dflash_core.target import load_target
+from dflash_core.testing import tiny_prepare_config
+
+from .helpers import reference
+
+PROMPTS = ([5, 9, 17, 33, 42, 7], [3, 4, 5, 6, 7, 8, 9, 10, 11], [60, 2, 60, 2, 60], [12, 80, 31])
+
+
+@pytest.fixture(scope="module")
+def exported(tiny_prepared, tmp_path_factory):
+    """The tiny prepared drafter written by the `export-drafter` command."""
+    out = tmp_path_factory.mktemp("export") / "drafter"
+    rc = cli.main(["export-drafter", "--target", str(tiny_prepared.path), "--home", str(tiny_prepared.home),
+                   "--out", str(out)])
+    assert rc == 0
+    return out
+
+
+def _hf(path, dtype):
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(path), dtype=dtype).eval()
+
+
+def _blocks(rt, drafter, hf, prompt):
+    """(ours, transformers') drafted ids and our logits for the block anchored at prompt[-1], context prompt[:-1]."""
+    taps = rt.session(recording=False).prefill(prompt, taps=drafter.cfg.taps).hidden
+    embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+    st = DraftState(drafter)
+    st.extend(taps[:-1])
+    ours, _ = st.draft(prompt[-1], embed, head)
+    n = len(prompt) - 1
+    ids = torch.tensor([[prompt[-1]] + [hf.config.mask_token_id] * (hf.config.block_size - 1)])
+    with torch.inference_mode():
+        out = hf(noise_embeds=embed(ids), context_hidden_states=taps[:-1].unsqueeze(0).to(hf.dtype),
+                 position_ids=torch.arange(n + hf.config.block_size).unsqueeze(0))
+        theirs = head(out.last_hidden_state[0, 1:].to(head.weight.dtype))
+    return ours.argmax(-1).tolist(), theirs.argmax(-1).tolist(), ours
+
+
+def test_export_is_a_transformers_dflash_checkpoint(tiny_prepared, exported):
+    from safetensors import safe_open
+
+    assert sorted(p.name for p in exported.iterdir()) == ["config.json", "model.safetensors"]
+    cfg = tiny_prepared.prepared.drafter.cfg
+    hf = _hf(exported, torch.float32)
+    assert type(hf).__name__ == "MuseGlimmerAssistantModel"
+    assert hf.config.block_size == cfg.block_size + 1  # transformers counts the anchor row
+    assert list(hf.config.target_layer_ids) == list(cfg.taps)
+    assert hf.config.mask_token_id == cfg.mask_token_id == (tiny_prepared.rt.config.pad_token_id or 0)
+    with safe_open(str(exported / "model.safetensors"), framework="pt") as f:
+        assert {k for k in f.keys() if "encoder" in k} == {"encoder.fc.weight", "encoder.output_norm_enc.weight"}
+    # the round trip back into our drafter keeps every weight bit for bit
+    back = load_hf_drafter(exported, tiny_prepared.rt)
+    ours = tiny_prepared.prepared.drafter.state_dict()
+    assert back.cfg == cfg
+    for k, v in back.state_dict().items():
+        assert torch.equal(v, ours[k].float()), k
+
+
+def test_same_block_as_transformers_drafter_float64(tiny_prepared, exported):
+    """Two independent implementations, same weights and context: the same drafted ids, strictly, in float64."""
+    rt, drafter = tiny_prepared.rt, tiny_prepared.prepared.drafter
+    hf = _hf(exported, torch.float64)
+    for p in PROMPTS:
+        ctx = list(p) + list(reference(rt, tuple(p))[0][:10])
+        for cut in range(2, len(ctx) + 1, 3):
+            ours, theirs, _ = _blocks(rt, drafter, hf, ctx[:cut])
+            assert ours == theirs, (ctx[:cut], ours, theirs)
+
+
+def test_same_block_as_transformers_drafter_float32(tiny_prepared, exported):
+    """float32: equal ids, or a difference only where our own top1-top2 gap is inside the tie tolerance."""
+    rt = load_target(str(tiny_prepared.path), "cpu", "float32")
+    prepared = load_prepared(rt, home=tiny_prepared.home)
+    hf = _hf(exported, torch.float32)
+    compared = 0
+    for p in PROMPTS:
+        ctx = list(p) + list(reference(tiny_prepared.rt, tuple(p))[0][:10])
+        for cut in range(2, len(ctx) + 1, 3):
+            ours, theirs, logits = _blocks(rt, prepared.drafter, hf, ctx[:cut])
+            for i, (a, b) in enumerate(zip(ours, theirs)):
+                compared += 1
+                if a != b:
+                    gap = float(logits[i].topk(2).values.diff().abs())
+                    assert gap < TIE_TOLERANCE["float32"], (ctx[:cut], i, a, b, gap)
+    assert compared > 50
+
+
+def test_transformers_dflash_generation_drafts_our_blocks(tiny_prepared, exported, monkeypatch):
+    """Inside transformers' own DFlash generate loop, every block it drafts is the block our drafter drafts at
+    that context, and its output is greedy's (float64, strict). transformers runs its logits processors over the
+    drafts too (min_new_tokens forbids EOS before the 16th new token), so our block is compared with EOS forbidden
+    in the same slots."""
+    from transformers.generation import candidate_generator as cg
+
+    rt, drafter = tiny_prepared.rt, tiny_prepared.prepared.drafter
+    hf = _hf(exported, torch.float64)
+    seen = []
+    original = cg.DFlashTokenCandidateGenerator.get_candidates
+
+    def recording(self, input_ids, *a, **k):
+        ids, logits = original(self, input_ids, *a, **k)
+        if logits is not None:
+            seen.append((prompt_len[0], input_ids[0].tolist(), ids[0, input_ids.shape[1]:].tolist()))
+        return ids, logits
+
+    monkeypatch.setattr(cg.DFlashTokenCandidateGenerator, "get_candidates", recording)
+    prompt_len = [0]
+    for p in PROMPTS[:2]:
+        prompt_len[0] = len(p)
+        with torch.inference_mode():
+            g = rt.model.generate(torch.tensor([p]), max_new_tokens=16, min_new_tokens=16, do_sample=False,
+                                  pad_token_id=0, assistant_model=hf, speculation_type="dflash")
+        assert g[0, len(p):].tolist() == list(reference(rt, tuple(p))[0][:16])
+    assert len(seen) >= 4
+    eos = rt.config.eos_token_id
+    for n_prompt, ctx, drafted in seen:
+        logits = _blocks(rt, drafter, hf, ctx)[2].clone()
+        for i in range(len(logits)):
+            if len(ctx) + i - n_prompt < 16:  # transformers' MinNewTokensLengthLogitsProcessor, per drafted slot
+                logits[i, eos] = float("-inf")
+        ours = logits.argmax(-1).tolist()
+        assert drafted == ours[: len(drafted)], (ctx, drafted, ours)
+
+
+def test_reference_row_is_exact(tiny_prepared):
+    from dflash_core.references import reference_runner
+
+    rt = tiny_prepared.rt
+    prompts = [list(p) for p in PROMPTS[:2]]
+    refs = [list(reference(rt, tuple(p))[0][:12]) for p in prompts]
+    outs, wall = reference_runner(rt, prompts, refs, 12, "dflash_transformers", tiny_prepared.prepared)()
+    assert outs == refs and wall > 0
+
+
+@pytest.fixture(scope="module")
+def imported(tiny_prepared, exported, tmp_path_factory):
+    """A fresh home prepared with --drafter (the exported checkpoint): no drafter training, every fitter."""
+    from dflash_core import train
+
+    home = tmp_path_factory.mktemp("imported") / "home"
+    rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(train, "train_drafter", lambda *a, **k: pytest.fail("an imported drafter must not be trained"))
+    try:
+        out = prepare(str(tiny_prepared.path), home=home, cfg=tiny_prepare_config(), rt=rt32, progress=False,
+                      drafter=str(exported))
+    finally:
+        mp.undo()
+    return home, out
+
+
+def test_prepare_with_an_imported_drafter(tiny_prepared, exported, imported):
+    home, out = imported
+    assert "--drafter-" in out.name
+    doc = json.loads((out / "manifest.json").read_text())
+    assert doc["drafter"]["imported"] is True and doc["drafter"]["source"] == str(exported)
+    prepared = load_prepared(tiny_prepared.rt, home=home, drafter=str(exported))
+    want = tiny_prepared.prepared.drafter.state_dict()
+    for k, v in prepared.drafter.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    with pytest.raises(ArtifactError, match="prepare"):  # the trained-drafter home of this target was never built
+        load_prepared(tiny_prepared.rt, home=home)
+
+
+@pytest.mark.parametrize("method", method_ids())
+def test_every_method_runs_exact_on_the_imported_drafter(tiny_prepared, exported, imported, method):
+    home, _ = imported
+    rt = tiny_prepared.rt
+    prepared = load_prepared(rt, home=home, drafter=str(exported), required=METHODS[method].needs)
+    for p in PROMPTS[:2]:
+        ids, _ = run_method(method, rt, prepared, p, 14)
+        assert ids == list(reference(rt, tuple(p))[0][:14]), method
+
+
+def _broken(exported, tmp_path, **changes):
+    d = tmp_path / "bad"
+    shutil.copytree(exported, d)
+    doc = json.loads((d / "config.json").read_text())
+    doc.update(changes)
+    (d / "config.json").write_text(json.dumps(doc))
+    return d
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"hidden_size": 64}, r"hidden size 64 != .* 48"),
+    ({"target_layer_ids": [1, 6]}, r"target_layer_ids \[1, 6\] are not layers of .* 6 \(ids 0\.\.5\)"),
+    ({"mask_token_id": 5000}, r"mask_token_id 5000 is outside .* vocabulary"),
+    ({"dflash_target_vocab_size": 32000}, r"vocabulary of 32000 tokens"),
+    ({"dflash_target_tokenizer_sha256": "f" * 64}, r"another tokenizer"),
+    ({"model_type": "llama"}, r"model_type 'llama'"),
+])
+def test_an_incompatible_drafter_is_refused(tiny_prepared, exported, tmp_path, changes, message):
+    from dflash_core import train
+
+    bad = _broken(exported, tmp_path, **changes)
+    rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(train, "trajectories", lambda *a, **k: pytest.fail("refused only after work began"))
+    try:
+        with pytest.raises(BadInputError, match=message) as exc:
+            prepare(str(tiny_prepared.path), home=tmp_path / "home", cfg=replace(tiny_prepare_config()), rt=rt32,
+                    progress=False, drafter=str(bad))
+    finally:
+        mp.undo()
+    assert "--drafter" in str(exc.value)
+
+
+def test_cli_refuses_a_drafter_directory_without_config(tiny_prepared, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    rc = cli.main(["prepare", "--target", str(tiny_prepared.path), "--home", str(tmp_path / "h"), "--drafter",
+                   str(tmp_path / "empty")])
+    assert rc == 2
+    assert "no config.json" in capsys.readouterr().err
