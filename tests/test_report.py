@@ -410,3 +410,17 @@ def test_malformed_activity_and_race_fields_are_refused(tmp_path, field, value):
     saved["benchmarks"][2]["extra_info"][field] = value
     with pytest.raises(ReportInputError, match=f"extra_info.{field} must be"):
         load_saved(_write(tmp_path, "bad.json", saved))
+
+
+def test_dflash_vs_transformers_dflash_goal_compares_tok_s_at_the_drafter_width():
+    from dflash_core.report.goals import goals
+
+    doc = {"methods": {"normal": {"rows": {}}, "dflash": {"rows": {"2": {"tokens_per_second": 50.0},
+                                                                   "8": {"tokens_per_second": 130.0}}}},
+           "references": {"dflash_transformers": {"tokens_per_second": 100.0}}, "leader": {}}
+    g = {x["id"]: x for x in goals(doc)}["vs_dflash_transformers"]
+    assert g["figure"] == 1.3 and g["ok"] and "w8" in g["goal"]
+    doc["methods"]["dflash"]["rows"]["8"]["tokens_per_second"] = 129.0
+    assert not {x["id"]: x for x in goals(doc)}["vs_dflash_transformers"]["ok"]
+    del doc["references"]["dflash_transformers"]
+    assert "vs_dflash_transformers" not in {x["id"] for x in goals(doc)}

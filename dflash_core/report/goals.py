@@ -32,4 +32,13 @@ def goals(doc: dict) -> list[dict]:
         fig = win["tokens_per_second"] / tps if win.get("tokens_per_second") and tps else None
         out.append({"id": f"vs_{k}", "goal": f"best method >= 1.5x {k.replace('_', '-')} (tok/s)", "figure": fig,
                     "spread": None, "ok": fig is not None and fig >= 1.5})
+    hf = refs.get("dflash_transformers") or {}
+    ours = {str(w): r for w, r in (spec.get("dflash") or {}).get("rows", {}).items()}
+    if hf.get("tokens_per_second") and ours:
+        # transformers' DFlash row drafts at the drafter's block size: compare with our dflash at that width
+        w = str(hf.get("width") or max(ours, key=int))
+        mine = (ours.get(w) or {}).get("tokens_per_second")
+        fig = mine / hf["tokens_per_second"] if mine else None
+        out.append({"id": "vs_dflash_transformers", "goal": f"dflash (w{w}) >= 1.3x transformers' DFlash (tok/s)",
+                    "figure": fig, "spread": None, "ok": fig is not None and fig >= 1.3})
     return out
