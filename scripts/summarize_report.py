@@ -20,17 +20,29 @@ def main(path: str) -> None:
     print(f"target {tg.get('name')} ({tg.get('dtype')}), {st.get('prompt_limit')} prompts x {st.get('tokens')} tokens, "
           f"{st.get('rounds')} paired rounds, {st.get('threads')} threads, widths {st.get('widths')}; "
           f"all exact: {d['exactness']['all_exact']}\n")
-    print("| # | method | width (choice) | tok/s (not paired) | paired speedup, median [Q1–Q3] | tok/target call | "
-          "acceptance | loop overhead |")
-    print("|---|---|---|---|---|---|---|---|")
+    noise = d.get("noise") or {}
+    print(f"A/A spread {f(noise.get('spread'), 3)} (threshold {noise.get('threshold')}, noisy: {noise.get('noisy')}); "
+          f"leader {(d.get('leader') or {}).get('method')}, winner {(d.get('winner') or {}).get('method')}\n")
+    print("| # | method | width (choice) | paired speedup, median [95 % CI] | group | cost-model | measured/model | "
+          "tok/target call | accept verified / drafted | rounds (race) | activity: rounds / positions differ, net |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mid, m in sorted(d["methods"].items(), key=lambda kv: kv[1].get("index") or 0):
         b = m["best"]
         r = m["rows"][str(b["width"])]
+        ci = b.get("speedup_ci") or [None, None]
+        a = r.get("activity") or {}
+        act = (a.get("status", "–") if a.get("status") in (None, "baseline") else
+               f"{a['status']}: {f(100 * a['rounds_differ_share'], 0)}% / {f(100 * a['positions_differ_share'], 0)}%, "
+               f"{a['net']:+d}")
+        race = r.get("race") or {}
+        grp = "–" if b.get("rank_group") is None else f"G{b['rank_group']}"
+        drafted = r.get("acceptance_rate_drafted", b["acceptance_rate"])
         print(f"| {m.get('index', 0):02d} | {mid} | {b['width']} ({b.get('selection', '?')}) | "
-              f"{f(b['tokens_per_second'], 1)} | {f(b['speedup'])}× "
-              f"[{f(b.get('speedup_q1'))}–{f(b.get('speedup_q3'))}] | "
-              f"{f(b['tokens_per_target_call'])} | "
-              f"{f(100 * b['acceptance_rate'], 1)}% | {f(100 * r.get('overhead_fraction', 0), 1)}% |")
+              f"{f(b['speedup'])}× [{f(ci[0])}–{f(ci[1])}] | {grp} | "
+              f"{f(b.get('model_speedup'))}× | {f(b.get('measured_over_model'))}"
+              f"{' (!)' if b.get('unexplained_overhead') else ''} | {f(b['tokens_per_target_call'])} | "
+              f"{f(100 * b['acceptance_rate'], 1)}% / {f(100 * drafted, 1)}% | "
+              f"{r.get('rounds')} ({race.get('stop', '–')}) | {act} |")
     widths = sorted({int(w) for m in d["methods"].values() for w in m["rows"] if int(w) > 0})
     print("\n| method | " + " | ".join(f"w={w}: speedup / τ / accept" for w in widths) + " |")
     print("|---|" + "---|" * len(widths))
