@@ -117,16 +117,7 @@ def choose(rows: Sequence[Mapping], tolerance: float = TIE_TOLERANCE) -> int:
 # --- measuring the components (torch only here) --------------------------------------------------------
 
 def _median_call(fn, calls: int, device) -> float:
-    from .device import synchronize
-
-    xs = []
-    for _ in range(calls):
-        synchronize(device)
-        t0 = time.perf_counter()
-        fn()
-        synchronize(device)
-        xs.append(time.perf_counter() - t0)
-    return statistics.median(xs)
+    return _interleaved({0: fn}, calls, device)[0]
 
 
 def _interleaved(fns: dict, calls: int, device) -> dict:
