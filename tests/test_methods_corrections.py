@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from dflash_core.calibrate import calibrate_dspark, calibrate_v10, calibrate_v11
 from dflash_core.errors import BadInputError
 from dflash_core.methods import FitContext, get_method
-from dflash_core.methods.dspark import DSPARK_FILE, DSparkHeads, fit_dspark
-from dflash_core.methods.fitting import refuse_benchmark_trajectories, ridge, split_by_trajectory
-from dflash_core.methods.parareal_v12 import V12_FEATURES, V12_FILE, V12Model, fit_v12, standardised_ridge
-from dflash_core.methods.parareal_v14 import V14_FILE, fit_v14, v14_choose, v14_design
+from dflash_core.methods.dspark import DSPARK_FILE, DSparkHeads
+from dflash_core.methods.fitting import ridge, split_by_trajectory
+from dflash_core.methods.parareal_v12 import V12_FEATURES, V12_FILE, V12Model, standardised_ridge
+from dflash_core.methods.parareal_v14 import V14_FILE, v14_choose, v14_design
 from dflash_core.prepare import PrepareConfig
 
 from .strategies import top2_lists
@@ -168,13 +168,18 @@ def _fit_ctx(prompt_text: str) -> FitContext:
                       cfg=PrepareConfig(), family="code", progress=False)
 
 
-@pytest.mark.parametrize("fitter", [fit_dspark, fit_v12, fit_v14])
-def test_fitters_refuse_benchmark_prompts(fitter):
+@pytest.mark.parametrize("name", ["dspark", "parareal_v12", "simple_parareal_v14"])
+def test_fitters_refuse_benchmark_prompts(name):
+    """Through the registered Fitter, as prepare calls it: the one held-out guard runs before the fit."""
     from dflash_core.data import load_prompts
+    from dflash_core.heldout import check_sequences
+    from dflash_core.methods import fitters
 
+    fitter = {f.name: f for f in fitters()}[name]
     with pytest.raises(BadInputError, match="benchmark"):
         fitter(_fit_ctx(load_prompts("code").benchmark[0]))
-    refuse_benchmark_trajectories(_fit_ctx(load_prompts("code").train[0]), "a fit")  # train seeds pass
+    ctx = _fit_ctx(load_prompts("code").train[0])
+    assert check_sequences(ctx.rt, ctx.trajectories, "a fit")  # train seeds pass (checked, clean)
 
 
 @pytest.mark.parametrize("calib", [calibrate_dspark, calibrate_v10, calibrate_v11])

