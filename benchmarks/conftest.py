@@ -38,12 +38,40 @@ def bench_config(config):
     kw = {name: config.getoption(option(name).pytest) for name in BENCH_FIELDS}
     return BenchConfig(smoke=config.getoption("--smoke"), tune=config.getoption("--tune"),
                        references=not config.getoption("--no-references"),
-                       calibration_widths=tuple(bench_widths(config)), **kw).sized()
+                       calibration_widths=tuple(given_widths(config)), **kw).sized()
+
+
+def given_widths(config) -> list[int]:
+    """The verify widths given on the command line ([] for `auto`; already checked: integers >= 1)."""
+    text = str(config.getoption("--bench-widths"))
+    return [] if text == "auto" else [int(x) for x in text.split(",")]
 
 
 def bench_widths(config) -> list[int]:
-    """The verify widths (already checked: comma-separated integers >= 1)."""
-    return [int(x) for x in str(config.getoption("--bench-widths")).split(",")]
+    """The verify widths: as given, or for `auto` the session's choice (bench.auto_widths). The cases are
+    parametrized by width at collection, so `auto` opens the benchmark session then (load, prepare, calibrate:
+    the work the session fixture would do first anyway) and the fixture reuses it."""
+    given = given_widths(config)
+    if given:
+        return given
+    sess = config.stash.get(_early_key, None)
+    if sess is None:
+        sess = _open(config)
+        config.stash[_early_key] = sess
+    return list(sess.bench_widths) or [sess.block_size]
+
+
+def _open(config):
+    from dflash_core.bench import open_session
+    from dflash_core.errors import DFlashError
+
+    try:
+        return open_session(bench_config(config))
+    except DFlashError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+
+
+_early_key = pytest.StashKey()
 
 
 def pytest_generate_tests(metafunc):
@@ -81,7 +109,7 @@ def bench(request):
     noise gate: normal against normal right after opening and again at teardown (before the report is built)."""
     from dflash_core.bench import measure_aa, open_session
 
-    sess = open_session(bench_config(request.config))
+    sess = request.config.stash.get(_early_key, None) or open_session(bench_config(request.config))
     widths = [w for w in bench_widths(request.config) if w > sess.block_size]
     if widths:
         raise pytest.UsageError(f"--bench-widths {widths} exceed the drafter's block size B={sess.block_size}")

@@ -1,7 +1,9 @@
 """The benchmark matrix: every method x device x verify width, racing, plus same-run reference rows.
 
 Each case decodes every benchmark prompt per round, paired with a fresh `normal` run right before it,
-checks exactness against greedy, and stores plain-number metrics in extra_info for the report plugin.
+checks exactness against greedy, and stores plain-number metrics in extra_info for the report plugin. A case's
+item times its first round; `test_rounds` then gives every case its other base rounds in round-robin passes,
+and `test_race` extra rounds to the contenders (both are collected right after the decode cases).
 """
 
 from __future__ import annotations
@@ -12,9 +14,22 @@ def test_decode(benchmark, bench, case):
 
     method, width = case
     benchmark.group = f"{bench.rt.device.type}-w{width}"
-    info = measure_pair(bench, method, width, bench.cfg.rounds, benchmark)
+    info = measure_pair(bench, method, width, 1, benchmark)  # its other base rounds: test_rounds, round-robin
     benchmark.extra_info.update(info)
     assert info["exact"], f"{method} at width {width} diverged from greedy: {info['verdicts']}"
+
+
+def test_rounds(bench):
+    """The base rounds after each case's first (`--bench-rounds` in all), in round-robin passes over every exact
+    case in a seeded order per pass (dflash_core.bench.run_passes), so every case samples the machine's drift
+    over the whole session instead of one stretch of it. Adds rounds to the cases; no row of its own."""
+    from dflash_core.bench import run_passes
+
+    before = {k: len(c.walls) for k, c in bench.case_rounds.items()}
+    rec = run_passes(bench, bench.cfg.rounds - 1, bench.cfg.seed)
+    assert rec["passes"] == bench.cfg.rounds - 1
+    grown = {k: len(c.walls) - before[k] for k, c in bench.case_rounds.items() if k in before}
+    assert sum(grown.values()) == rec["passes"] * rec["cases"], grown
 
 
 def test_race(bench):

@@ -91,6 +91,9 @@ class BenchSession:
     case_rounds: dict = field(default_factory=dict)  # "<method>-w<width>" -> CaseRounds (what racing extends)
     matrix_started: float | None = None  # perf_counter at the first measured case (racing's time budget)
     race: dict | None = None  # racing.race's record, once run_race ran
+    bench_widths: list[int] = field(default_factory=list)  # the widths auto_widths chose (--bench-widths auto)
+    width_choice: dict | None = None  # auto_widths' record: its cost-model table per width and the rule
+    passes: dict | None = None  # run_passes' record: the base rounds after the first, round-robin over the cases
     width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
     target_costs: Any = None  # costmodel.ComponentCosts at the benchmark context (session_costs)
     calibration_costs: Any = None  # the same at a calibration prompt's context (calibrate_all)
@@ -144,7 +147,8 @@ class BenchSession:
 
         man = self.prepared.manifest
         return {
-            "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size},
+            "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size,
+                         "base_rounds_schedule": self.passes, "width_choice": self.width_choice},
             "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
                        "kernels": self.rt.kernels, "source": self.rt.source},
             "provenance": {"versions": versions(), "seeds": man.get("seeds"),
@@ -201,8 +205,48 @@ def _open(cfg: BenchConfig) -> BenchSession:
         margins.append(st.margins)
     sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
     session_costs(sess)
-    calibrate_all(sess, list(ps.calibration[: cfg.calibration_prompt_limit]))
+    cal_texts = list(ps.calibration[: cfg.calibration_prompt_limit])
+    if not cfg.calibration_widths:  # --bench-widths auto
+        sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts)
+    calibrate_all(sess, cal_texts)
     return sess
+
+
+def auto_widths(sess: BenchSession, cal_texts: list[str]) -> list[int]:
+    """The default verify widths (`--bench-widths auto`), read off the measured verify-cost curve.
+
+    On calibration prompts (never benchmark ones), plain dflash is decoded at every width 1..B and each width
+    priced by the cost model (`calibrate`: the session's measured t_verify(w) curve, the drafter's timed costs,
+    the deterministic accepted counts), the noise-free objective of issue 14. The widths are the best width and
+    the best of those at most half of it (the scaling a reader wants to see), so the curve of the machine, not a
+    fixed list, decides: on a CPU where verify cost grows with the width they come out small, on a GPU where
+    it is flat up to B they come out large. The table is kept in `width_choice` (benchmark.json settings)."""
+    from .calibrate import calibrate
+    from .costmodel import OBJECTIVE, choose
+    from .methods import get_method
+
+    if sess.calibration_costs is None:
+        raise RuntimeError("auto_widths needs the calibration costs (calibrate_all measures them)")
+    info = get_method("dflash")
+    ids = _cal_ids(sess, cal_texts)
+    refs = [greedy(sess.rt, p, sess.cfg.calibration_tokens)[0] for p in ids]
+    rows = []
+    for w in range(1, sess.block_size + 1):
+        rec = calibrate(sess.rt, ids, sess.cfg.calibration_tokens, [{"width": w}],
+                        lambda s: info.build(sess.rt, sess.prepared), w, repeats=1, costs=sess.calibration_costs,
+                        refs=refs)
+        rows.append(rec["table"][0])
+    best = rows[choose(rows)]["setting"]["width"]
+    low = [r for r in rows if r["setting"]["width"] <= best // 2]
+    widths = sorted({best, *([low[choose(low)]["setting"]["width"]] if low else [])})
+    c = sess.calibration_costs
+    sess.width_choice = {
+        "objective": OBJECTIVE, "method": "dflash", "selected": widths,
+        "rule": "the width with the best cost-model speedup, and the best of the widths at most half of it",
+        "verify_over_decode": {str(w): float(c.t_verify[w] / c.t_decode) for w in range(1, sess.block_size + 1)},
+        "table": [{"width": r["setting"]["width"], "model_speedup": r["model_speedup"],
+                   "tokens_per_target_call": r["tokens_per_target_call"]} for r in rows]}
+    return widths
 
 
 def _cal_ids(sess: BenchSession, texts: list[str]) -> list[list[int]]:
@@ -230,9 +274,10 @@ def _calibrator(name: str, **extra: Any):
 
 
 def calibration_widths(sess: BenchSession) -> list[int]:
-    """The widths calibrated: the benchmarked ones that fit the block size (the bench fixture refuses the
-    others), else B alone."""
-    ws = sorted({int(w) for w in sess.cfg.calibration_widths if 1 <= int(w) <= sess.block_size})
+    """The widths calibrated: the benchmarked ones (given, else chosen by `auto_widths`) that fit the block size
+    (the bench fixture refuses the others), else B alone."""
+    given = sess.cfg.calibration_widths or tuple(sess.bench_widths)
+    ws = sorted({int(w) for w in given if 1 <= int(w) <= sess.block_size})
     return ws or [sess.block_size]
 
 
@@ -537,13 +582,47 @@ def race_round(sess: BenchSession, key: str) -> float:
     return c.normal_walls[-1] / wall if wall > 0 else 0.0
 
 
+def case_keys(sess: BenchSession, *, with_normal: bool) -> list[str]:
+    """The measured cases that are exact (normal, a normal-vs-normal pairing, only when `with_normal`)."""
+    return [k for k, c in sess.case_rounds.items()
+            if (with_normal or c.method != "normal") and all(v != "diverged" for v in c.kinds)]
+
+
+def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
+    """The base rounds after each case's first, in `passes` round-robin passes over every exact case (normal
+    included), each pass in its own seeded order.
+
+    Why not all of a case's rounds back to back: on the shared 2-core box the machine's state drifts over
+    minutes (the verify/decode cost ratio moved 10-15 % between runs), while rounds a few seconds apart agree
+    to 1-2 %. Back-to-back rounds gave tight intervals that missed that drift, so two runs disagreed beyond
+    their intervals; spread over the session, every case samples the same drift and its interval shows it.
+    `step(sess, key)` runs one paired round of a case (default `race_round`)."""
+    import random
+
+    step = step or race_round
+    keys = case_keys(sess, with_normal=True)
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    orders = []
+    for _ in range(max(0, passes)):
+        order = list(keys)
+        rng.shuffle(order)
+        orders.append(order)
+        for k in order:
+            step(sess, k)
+    rec = {"schedule": "round-robin", "passes": len(orders), "cases": len(keys),
+           "seconds": time.perf_counter() - t0}
+    sess.passes = rec
+    return rec
+
+
 def run_race(sess: BenchSession, clock=time.perf_counter) -> dict:
     """Race the exact speculative cases measured so far (`racing.race`): cap `race_max` x `rounds` per case, and
     a time budget equal to the base matrix's own time (from the first case until now), so racing at most
     doubles the matrix. Each case's extra_info gets its `race` record; the session keeps the whole record."""
     from .racing import race
 
-    keys = [k for k, c in sess.case_rounds.items() if c.method != "normal" and all(v != "diverged" for v in c.kinds)]
+    keys = case_keys(sess, with_normal=False)
     start = sess.matrix_started if sess.matrix_started is not None else clock()
     budget = max(0.0, clock() - start)
     rounds = {k: sess.case_rounds[k].speedups() for k in keys}

@@ -21,7 +21,10 @@ HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
 
 
 def _widths(text: str) -> str:
-    """Comma-separated verify widths, each >= 1 (the upper bound B is checked once the drafter is loaded)."""
+    """`auto` (chosen from the measured verify-cost curve once the drafter is loaded: bench.auto_widths) or
+    comma-separated verify widths, each >= 1 (the upper bound B is checked once the drafter is loaded)."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
     try:
         ws = [int(x) for x in str(text).split(",") if x.strip()]
     except ValueError as exc:
@@ -128,8 +131,9 @@ OPTIONS: tuple[Option, ...] = (
            minimum=1, pytest="--calibration-tokens"),
     Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 3, "calibration prompts", type=int,
            minimum=1, pytest="--calibration-prompts"),
-    Option("widths", "DFLASH_WIDTHS", "2,4,8", "verify widths to time (each <= the drafter's block size B); "
-           "1,2,4,8 for the full matrix", type=_widths, pytest="--bench-widths"),
+    Option("widths", "DFLASH_WIDTHS", "auto", "verify widths to time (each <= the drafter's block size B), or "
+           "auto: dflash's best width by the cost model over the measured verify-cost curve on calibration prompts, "
+           "and the best at most half of it; 1,2,4,8 for a full matrix", type=_widths, pytest="--bench-widths"),
     Option("seed", "DFLASH_BENCH_SEED", 0, "seed of the benchmark's case-order rotation", type=int, minimum=0,
            pytest="--bench-seed"),
     Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.05, "A/A noise gate: when normal-vs-normal paired rounds "

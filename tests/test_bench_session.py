@@ -223,3 +223,33 @@ def test_tune_chooses_widths_by_the_cost_model(session, monkeypatch):
     assert [r["setting"]["width"] for r in tw["table"]] == sorted({min(w, session.block_size) for w in (1, 2, 4)})
     assert tw["selected"] == tw["table"][choose(tw["table"])]["setting"]["width"]
     assert all("model_speedup" in r for r in tw["table"])
+
+
+@pytest.mark.parametrize("cheapest", [3, "B"])
+def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch, cheapest):
+    """--bench-widths auto: dflash priced at every width 1..B over the session's verify-cost curve. A curve whose
+    verify is far cheaper at one width makes that width the best (whatever dflash accepts there), and the second
+    width is the best of those at most half of it; the record keeps the table and the curve."""
+    import dataclasses
+
+    from dflash_core import bench
+    from dflash_core.costmodel import ComponentCosts
+
+    B = session.block_size
+    best = B if cheapest == "B" else min(3, B)
+    monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]])
+    session.cfg = dataclasses.replace(session.cfg, calibration_tokens=TOKENS)
+    verify = [50.0] * (B + 1)
+    verify[best] = 1.0
+    session.calibration_costs = ComponentCosts(t_decode=1.0, t_verify=tuple(verify))
+    widths = bench.auto_widths(session, ["x", "y"])
+    assert widths[-1] == best
+    assert len(widths) == (2 if best >= 2 else 1) and all(1 <= w <= best // 2 for w in widths[:-1])
+    rec = session.width_choice
+    assert rec["selected"] == widths and [r["width"] for r in rec["table"]] == list(range(1, B + 1))
+    assert rec["verify_over_decode"][str(best)] == 1.0
+    top = max(r["model_speedup"] for r in rec["table"])
+    assert next(r for r in rec["table"] if r["width"] == best)["model_speedup"] >= top * 0.99
+    session.cfg = dataclasses.replace(session.cfg, calibration_widths=())
+    session.bench_widths = widths
+    assert bench.calibration_widths(session) == widths  # the chosen widths are the ones calibrated

@@ -176,3 +176,31 @@ def test_race_line_says_what_racing_did():
     line = race_line(rec)
     assert line.startswith("dflash race: 2 of 3 cases raced (leader ") and "+6 paired rounds" in line
     assert "still unresolved: " in line and race_line(None) is None
+
+
+def test_base_rounds_run_in_seeded_round_robin_passes():
+    """run_passes: every exact case (normal included, a diverged one never) gets exactly one round per pass, each
+    pass is a permutation of the cases, and the order depends on the seed and only on it."""
+    import dflash_core.bench as bench
+
+    def session():
+        cases = {k: bench.CaseRounds(k.split("-")[0], 2, [], [], [], kinds, {})
+                 for k, kinds in (("normal-w0", ["exact"]), ("a-w2", ["exact"]), ("b-w2", ["exact", "exact"]),
+                                  ("c-w4", ["exact"]), ("bad-w2", ["diverged"]))}
+        return SimpleNamespace(case_rounds=cases, passes=None)
+
+    def run(seed):
+        calls = []
+        sess = session()
+        rec = bench.run_passes(sess, 3, seed, step=lambda s, k: calls.append(k))
+        return sess, rec, calls
+
+    sess, rec, calls = run(0)
+    exact = {"normal-w0", "a-w2", "b-w2", "c-w4"}
+    assert rec["passes"] == 3 and rec["cases"] == 4 and sess.passes is rec
+    assert len(calls) == 12 and "bad-w2" not in calls
+    for p in range(3):
+        assert set(calls[4 * p:4 * p + 4]) == exact  # one round of every case per pass
+    assert run(0)[2] == calls  # deterministic for a seed
+    assert any(run(s)[2] != calls for s in (1, 2, 3))  # and the seed decides the order
+    assert bench.run_passes(session(), 0, 0, step=lambda s, k: calls.append(k))["passes"] == 0

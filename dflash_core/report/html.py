@@ -92,6 +92,25 @@ def _aa_header(doc: dict) -> str:
             f"{_pct(n['spread'])} (threshold {_pct(n.get('threshold'))})</span>")
 
 
+def _width_choice_note(st: dict) -> str:
+    """How `--bench-widths auto` chose the widths (bench.auto_widths), or nothing when they were given."""
+    wc = st.get("width_choice")
+    if not isinstance(wc, dict) or not isinstance(wc.get("table"), list):
+        return ""
+    curve = ", ".join(f"w{r.get('width')} {_f(r.get('model_speedup'), 2)}×" for r in wc["table"]
+                      if isinstance(r, dict))
+    return (f" (auto: {_e(wc.get('rule', ''))}; dflash's cost-model speedup on calibration prompts over the "
+            f"measured verify-cost curve: {_e(curve)})")
+
+
+def _schedule_note(st: dict) -> str:
+    sch = st.get("base_rounds_schedule")
+    if not isinstance(sch, dict):
+        return ""
+    return (f"; each case's first round ran with the case, the other {_e(sch.get('passes'))} in round-robin "
+            f"passes over all {_e(sch.get('cases'))} cases (seeded order), so every case sampled the whole session")
+
+
 def noise_banner(doc: dict) -> str:
     """The banner shown when the A/A gate measured more noise than its threshold, else ''."""
     n = doc.get("noise") or {}
@@ -380,8 +399,8 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
 <div>tokens/target call<b>{_f(win.get('tokens_per_target_call'), 2)}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
  {_e(st.get('rounds', '?'))} paired rounds · {_e(st.get('threads', '?'))} threads · dtype {_e(tgt.get('dtype', ''))}
- · widths {_e(', '.join(map(str, st.get('widths') or [])))}.
- Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds.</p>
+ · widths {_e(', '.join(map(str, st.get('widths') or [])))}{_width_choice_note(st)}.
+ Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
 <h2>Speedup versus normal decoding (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
 <h2>Every width</h2>{_width_table(doc)}
