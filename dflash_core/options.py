@@ -141,7 +141,7 @@ OPTIONS: tuple[Option, ...] = (
            type=_fraction, pytest="--bench-noise-threshold"),
     Option("race_max", "DFLASH_RACE_MAX", 3, "racing cap: after the base rounds, cases whose speedup interval "
            "overlaps the leader's get extra paired rounds, up to this many times --bench-rounds in total and at most "
-           "the base matrix's own time (1: no racing)", type=int, minimum=1, pytest="--bench-race-max"),
+           "half the base matrix's own time (1: no racing)", type=int, minimum=1, pytest="--bench-race-max"),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),

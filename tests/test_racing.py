@@ -159,7 +159,8 @@ def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
                            cfg=SimpleNamespace(rounds=3, race_max=2))
     rec = bench.run_race(sess, clock=FakeClock(tick=0.1))
     assert set(rec["cases"]) == {"a-w2", "b-w2"} and sess.race is rec
-    assert rec["budget_seconds"] == pytest.approx(5.1)  # the clock's first read (0.1) minus the matrix start (-5)
+    # the clock's first read (0.1) minus the matrix start (-5), times the budget fraction
+    assert rec["budget_seconds"] == pytest.approx(5.1 * bench.RACE_BUDGET_FRACTION)
     assert {k: (c["extra_rounds"], c["stop"]) for k, c in rec["cases"].items()} == {"a-w2": (3, CAP), "b-w2": (3, CAP)}
     assert cases["normal-w0"][1] == [] and cases["bad-w2"][1] == []
     for k in ("a-w2", "b-w2"):
