@@ -223,13 +223,13 @@ def auto_widths(sess: BenchSession, cal_texts: list[str]) -> list[int]:
     it is flat up to B they come out large. The table is kept in `width_choice` (benchmark.json settings)."""
     from .calibrate import calibrate
     from .costmodel import OBJECTIVE, choose
+    from .data import refuse_benchmark
     from .methods import get_method
 
-    if sess.calibration_costs is None:
-        raise RuntimeError("auto_widths needs the calibration costs (calibrate_all measures them)")
+    refuse_benchmark(cal_texts, sess.family, "calibration")
+    ctx = calibration_context(sess, cal_texts)
+    ids, refs = ctx["ids"], ctx["refs"]
     info = get_method("dflash")
-    ids = _cal_ids(sess, cal_texts)
-    refs = [greedy(sess.rt, p, sess.cfg.calibration_tokens)[0] for p in ids]
     rows = []
     for w in range(1, sess.block_size + 1):
         rec = calibrate(sess.rt, ids, sess.cfg.calibration_tokens, [{"width": w}],
@@ -302,17 +302,26 @@ CALIBRATORS: dict[str, Any] = {"act": _calibrator("calibrate_act"), "dspark_lite
                                "gated_mobs_v11": _calibrator("calibrate_v11", stage1_prompts=1)}
 
 
-def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
-    from .costmodel import OBJECTIVE, target_costs
-    from .data import refuse_benchmark
+def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
+    """What every calibration shares: the calibration prompts' ids, their greedy references and the target's
+    component costs at a calibration context (calibration never times benchmark prompts); the costs are
+    measured once per session."""
+    from .costmodel import target_costs
 
-    refuse_benchmark(cal_texts, sess.family, "calibration")
     ids = _cal_ids(sess, cal_texts)
     tokens = sess.cfg.calibration_tokens
     refs = [greedy(sess.rt, p, tokens)[0] for p in ids]
-    if sess.calibration_costs is None:  # at a calibration context: calibration never times benchmark prompts
+    if sess.calibration_costs is None:
         sess.calibration_costs = target_costs(sess.rt, ids[0] + refs[0][: max(0, tokens // 2)], sess.block_size)
-    ctx = {"ids": ids, "refs": refs, "costs": sess.calibration_costs}
+    return {"ids": ids, "refs": refs, "costs": sess.calibration_costs}
+
+
+def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
+    from .costmodel import OBJECTIVE
+    from .data import refuse_benchmark
+
+    refuse_benchmark(cal_texts, sess.family, "calibration")
+    ctx = calibration_context(sess, cal_texts)
     widths = calibration_widths(sess)
     for mid, fn in CALIBRATORS.items():
         t0 = time.perf_counter()

@@ -358,3 +358,26 @@ def test_kernel_paths_resolve_by_measured_rule():
     assert resolve_kernels("auto", cpu, torch.bfloat16, 1024) == "eager"
     with pytest.raises(BadInputError, match="unknown kernel path"):
         resolve_kernels("fast", cpu, torch.float32, 1024)
+
+
+def test_auto_widths_and_round_robin_rounds_reach_the_report(pytester, tiny_lab, monkeypatch):
+    """`--bench-widths auto` (the default) opens the session at collection, measures the cases at the widths
+    `auto_widths` chose and records the choice; `test_rounds` gives every case its other base rounds in passes,
+    so each measured case ends with `--bench-rounds` rounds."""
+    _copy_lab(pytester.path)
+    reports = pytester.path / "reports"
+    _env(monkeypatch, tiny_lab, reports)
+    res = pytester.runpytest_subprocess(
+        "benchmarks", "-p", "no:cacheprovider", "-k", "test_decode and (dflash-cpu or normal) or test_rounds",
+        "--target", str(tiny_lab["ckpt"]), "--bench-tokens", "8", "--bench-prompts", "1", "--bench-rounds", "3",
+        "--calibration-tokens", "8", "--calibration-prompts", "1", "--no-references", "--benchmark-json=out.json")
+    assert res.ret == pytest.ExitCode.OK, res.stdout.str()[-3000:]
+    doc = json.loads((reports / "cpu" / "benchmark.json").read_text())
+    choice = doc["settings"]["width_choice"]
+    assert choice["selected"] and doc["settings"]["widths"] == choice["selected"]
+    assert [r["width"] for r in choice["table"]] == list(range(1, doc["settings"]["block_size"] + 1))
+    sched = doc["settings"]["base_rounds_schedule"]
+    assert sched["schedule"] == "round-robin" and sched["passes"] == 2 and sched["cases"] == 1 + len(choice["selected"])
+    saved = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
+    decode = [b for b in saved if b["name"].startswith("test_decode")]
+    assert decode and all(b["extra_info"]["rounds"] == 3 and b["stats"]["rounds"] == 3 for b in decode)
