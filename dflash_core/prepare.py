@@ -40,7 +40,7 @@ from .train import TrainConfig
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
-RECIPE = "2026-11-30: held-out n-gram guard, batched teacher, held-out early stopping, safetensors"
+RECIPE = "2026-11-30b: fit examples from an evenly spread subset of trajectories, read densely"
 DEFAULTS_SHA256 = "572d15c231f2926be119ec91537b36c306fbcdc3a6a5320b9df3d6e5f85f987b"
 
 

@@ -40,6 +40,7 @@ from .common import MethodOptions, opt, topk
 from .fitting import (
     batches,
     correction_examples,
+    examples_meta,
     split_by_trajectory,
     split_meta,
     train_steps,
@@ -191,7 +192,7 @@ def fit_dspark(ctx) -> dict:
 
     tail = lambda xs: sum(xs[-20:]) / max(1, len(xs[-20:])) if xs else None  # noqa: E731
     provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
-                  **split_meta(train_ids, hold_ids), "train_examples": int(train.sum()),
+                  **split_meta(train_ids, hold_ids), **examples_meta(ex), "train_examples": int(train.sum()),
                   "holdout_examples": int(hold.sum()), "candidates_with_label_in_top_k": float(valid.float().mean())}
     training = {"markov_steps": steps, "confidence_steps": steps, "batch_size": BATCH, "lr": LR,
                 "weight_decay": WEIGHT_DECAY, "final_markov_loss": tail(markov_losses),

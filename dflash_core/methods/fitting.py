@@ -2,16 +2,17 @@
 of whole trajectories, head training and closed-form ridge (the held-out guard runs in `Fitter.__call__`).
 
 Two sets of fit examples exist on purpose: the selector heads (02-05) train on the top-16 candidates at
-anchors spread to about 4096 examples; the corrections (09, 12, 14) on the top-8 at every
-anchor up to about 12288 (beyond that, or beyond `aux_max_examples`, a stride spreads them over every
-trajectory). Both come from `examples.draft_examples` and are cached on the FitContext, so each is computed
-once however many fitters read it.
+every HEAD_STRIDE-th anchor, about 4096 examples; the corrections (09, 12, 14) on the top-8 at every anchor,
+about 12288. Each trajectory costs one target forward however few of its anchors are kept, so the examples
+come from just enough trajectories, evenly spread over all of them (`plan_examples`), each read densely.
+Both come from `examples.draft_examples` and are cached on the FitContext, so each is computed once however
+many fitters read it.
 """
 
 from __future__ import annotations
 
-import math
 import random
+from dataclasses import dataclass
 
 import torch
 
@@ -25,45 +26,91 @@ CORRECTION_TARGET_EXAMPLES = 12288  # about every anchor of the 224 trajectories
 # the corrections' fits cost grows with their examples, so more teacher data must not make prepare slower
 CORRECTION_TOP_K = 8  # candidates per slot for the corrections (V12 K, DSpark K, V14 uses the first 2)
 HOLDOUT_FRACTION = 0.2
+HEAD_STRIDE = 4  # the heads' anchor stride: neighbouring anchors share most of their context, so 1 in 4
+CORRECTION_STRIDE = 1  # the corrections read every anchor of their trajectories
+MIN_FIT_TRAJECTORIES = 10  # at least this many trajectories (when there are) so the split holds some out
 
 
 # --- fit examples -----------------------------------------------------------------------------------
 
-def _anchor_count(ctx) -> int:
+def _anchors_of(ctx, ti: int, stride: int) -> int:
+    """How many anchors `draft_examples` takes from trajectory `ti` at `stride`."""
     B = ctx.drafter.cfg.block_size
-    return sum(max(0, len(seq) - B - max(plen, 1)) for seq, plen in zip(ctx.trajectories, ctx.prompt_lens))
+    seq, plen = ctx.trajectories[ti], ctx.prompt_lens[ti]
+    return len(range(max(plen, 1), len(seq) - B, stride))
 
 
-def cached_examples(ctx, *, top_k: int, stride: int, max_examples: int | None) -> DraftExamples:
-    """`draft_examples` with target logits, computed once per (top_k, stride, cap) and prepare run."""
-    key = ("draft_examples", top_k, stride, max_examples)
+def spread_indices(total: int, n: int) -> list[int]:
+    """`n` of range(total), evenly spread and deterministic: the middle index of each of n equal bins."""
+    n = max(0, min(n, total))
+    first = [-(-i * total // n) for i in range(n + 1)]  # first index of bin i (bins are >= 1 index wide)
+    return [(first[i] + first[i + 1] - 1) // 2 for i in range(n)]
+
+
+@dataclass(frozen=True)
+class ExamplePlan:
+    """Which trajectories (sorted indices) and anchor stride give the fit examples, capped at `target`."""
+
+    trajectories: list[int]
+    stride: int
+    target: int
+
+
+def plan_examples(ctx, target: int, max_stride: int) -> ExamplePlan:
+    """Just enough evenly spread trajectories, read at a stride <= `max_stride`, to reach `target` examples.
+
+    The stride is never sparser than reading every trajectory would need, and grows only when even
+    MIN_FIT_TRAJECTORIES trajectories hold more anchors than the target (small runs), so they all contribute.
+    """
+    N, target = len(ctx.trajectories), max(1, int(target))
+    count = lambda idx, s: sum(_anchors_of(ctx, i, s) for i in idx)  # noqa: E731
+    floor = spread_indices(N, MIN_FIT_TRAJECTORIES)
+    # never sparser than reading every trajectory would need (few anchors in all: every one of them)
+    stride = max(1, min(int(max_stride), -(-count(range(N), 1) // target)))
+    while count(floor, stride) > target and stride < max((len(t) for t in ctx.trajectories), default=1):
+        stride += 1
+    longest = max((_anchors_of(ctx, i, stride) for i in range(N)), default=0)
+    n = max(len(floor), -(-target // max(1, longest)))
+    while n < N and count(spread_indices(N, n), stride) < target:
+        n += 1
+    return ExamplePlan(spread_indices(N, n), stride, target)
+
+
+def cached_examples(ctx, *, top_k: int, plan: ExamplePlan) -> DraftExamples:
+    """`draft_examples` with target logits, computed once per (top_k, plan) and prepare run."""
+    key = ("draft_examples", top_k, plan.stride, plan.target, tuple(plan.trajectories))
     if key not in ctx.cache:
-        ctx.cache[key] = draft_examples(ctx, top_k=top_k, stride=stride, with_target=True, max_examples=max_examples)
+        ctx.cache[key] = draft_examples(ctx, top_k=top_k, stride=plan.stride, with_target=True,
+                                        max_examples=plan.target, trajectories=plan.trajectories)
     return ctx.cache[key]
 
 
-def head_stride(ctx) -> int:
-    """Anchor stride so the head examples (about min(aux_max_examples, 4096)) are spread over every trajectory.
-
-    Every anchor costs one drafter run on its whole context, so a stride keeps prepare to minutes on
-    2 CPU cores; spreading (rather than stopping after the first trajectories) keeps held-out trajectories.
-    """
+def head_plan(ctx) -> ExamplePlan:
+    """The heads' examples: about min(aux_max_examples, 4096), every HEAD_STRIDE-th anchor."""
     want = min(ctx.cfg.aux_max_examples or HEAD_TARGET_EXAMPLES, HEAD_TARGET_EXAMPLES)
-    return max(1, math.ceil(_anchor_count(ctx) / max(1, want)))
+    return plan_examples(ctx, want, HEAD_STRIDE)
+
+
+def correction_plan(ctx) -> ExamplePlan:
+    """The corrections' examples: about min(aux_max_examples, 12288), every anchor."""
+    cap = min(ctx.cfg.aux_max_examples or CORRECTION_TARGET_EXAMPLES, CORRECTION_TARGET_EXAMPLES)
+    return plan_examples(ctx, cap, CORRECTION_STRIDE)
 
 
 def head_examples(ctx) -> DraftExamples:
     """Fit examples of the selector heads (02 pair selector, 04 jump head, 05 fused residual)."""
-    return cached_examples(ctx, top_k=min(HEAD_TOP_K, ctx.rt.vocab_size), stride=head_stride(ctx),
-                           max_examples=ctx.cfg.aux_max_examples)
+    return cached_examples(ctx, top_k=min(HEAD_TOP_K, ctx.rt.vocab_size), plan=head_plan(ctx))
 
 
 def correction_examples(ctx) -> DraftExamples:
-    """Fit examples of the corrections (09, 12, 14): every anchor up to about CORRECTION_TARGET_EXAMPLES (or
-    `aux_max_examples` when smaller), strided to cover every trajectory (a split by trajectory needs several)."""
-    cap = min(ctx.cfg.aux_max_examples or CORRECTION_TARGET_EXAMPLES, CORRECTION_TARGET_EXAMPLES)
-    stride = max(1, -(-_anchor_count(ctx) // cap))
-    return cached_examples(ctx, top_k=min(CORRECTION_TOP_K, ctx.rt.vocab_size), stride=stride, max_examples=cap)
+    """Fit examples of the corrections (09, 12, 14)."""
+    return cached_examples(ctx, top_k=min(CORRECTION_TOP_K, ctx.rt.vocab_size), plan=correction_plan(ctx))
+
+
+def examples_meta(ex: DraftExamples) -> dict:
+    """What a fit's meta records about its examples: trajectories read, anchors kept, anchor stride."""
+    return {"example_trajectories": int(len(ex.trajectories)), "example_anchors": int(len(ex.anchors)),
+            "anchor_stride": int(ex.stride)}
 
 
 # --- hold-out -----------------------------------------------------------------------------------------
@@ -147,7 +194,7 @@ def start_head_fit(ctx, seed_offset: int, build):
     head = build()
     train, held, train_ids, hold_ids = split_by_trajectory(ex.anchors, ctx.cfg.seed + seed_offset)
     meta = {"examples": int(ex.prev.shape[0]), "held_out": int(held.sum()), "steps": ctx.cfg.aux_steps,
-            **split_meta(train_ids, hold_ids)}
+            **examples_meta(ex), **split_meta(train_ids, hold_ids)}
     return ex, head, held, torch.nonzero(train).flatten(), meta
 
 

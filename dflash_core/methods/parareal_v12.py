@@ -37,7 +37,7 @@ from ..errors import ArtifactError, BadInputError
 from .base import Fitter, MethodInfo
 from .block import BlockProposer
 from .common import MethodOptions, check_number, opt, topk
-from .fitting import correction_examples, ridge, split_by_trajectory, split_meta
+from .fitting import correction_examples, examples_meta, ridge, split_by_trajectory, split_meta
 
 V12_FILE = "v12_parareal.json"
 V12_ALGORITHM = "DFlash12-PARAREAL"
@@ -200,7 +200,7 @@ def fit_v12(ctx) -> dict:
     provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
                   **split_meta(train_ids, hold_ids), "train_examples": len(tidx),
                   "holdout_examples": len(hidx), "training_rows": int(X.shape[0]),
-                  "anchor_stride": ex.stride}
+                  **examples_meta(ex)}
     doc = {"format_version": 1, "algorithm": V12_ALGORITHM, "feature_names": list(V12_FEATURES),
            "coefficients": coef.tolist(), "feature_mean": mean.tolist(), "feature_scale": scale.tolist(),
            "config": cfg,

@@ -26,7 +26,7 @@ from ..errors import ArtifactError
 from .base import Fitter, MethodInfo
 from .block import Top2Proposer
 from .common import MethodOptions, check_number, opt
-from .fitting import correction_examples, ridge, split_by_trajectory, split_meta
+from .fitting import correction_examples, examples_meta, ridge, split_by_trajectory, split_meta
 
 V14_FILE = "v14_simple_parareal.json"
 V14_ALGORITHM = "DFlash14-Simple-PARAREAL"
@@ -91,7 +91,7 @@ def fit_v14(ctx) -> dict:
     provenance = {"prompts": f"train seeds of family {ctx.family!r} (prepare's teacher trajectories)",
                   **split_meta(train_ids, hold_ids), "train_examples": int(train.sum()),
                   "holdout_examples": int(hold.sum()), "training_rows": int(train.sum()) * B,
-                  "anchor_stride": ex.stride}
+                  **examples_meta(ex)}
     doc = {"format_version": 1, "algorithm": V14_ALGORITHM, "coefficients": dict(zip(names, coef.tolist())),
            "config": cfg, "ridge": V14_RIDGE,
            "metadata": {"mechanism": "three-coefficient fine-gap estimator, one damped update, one switch",

@@ -25,7 +25,6 @@ from .fitting import (
     eval_rows,
     head_batches,
     head_meta,
-    head_stride,
     label_index,
     module_bytes,
     restricted_accuracy,
@@ -170,7 +169,7 @@ def fit_pair_selector(ctx) -> dict:
         i8, p8 = label_index(ex.topk_ids[ev][..., :8], ex.labels[ev])
         base = restricted_accuracy(ex.topk_vals[ev][..., :8], i8, p8)
         tuned = restricted_accuracy(scores(ev)[..., :8], i8, p8)
-    meta.update(stride=head_stride(ctx), top_k=ex.topk_ids.shape[-1], label_in_top_k=float(present.float().mean()),
+    meta.update(stride=ex.stride, top_k=ex.topk_ids.shape[-1], label_in_top_k=float(present.float().mean()),
                 drafter_top1_acc=base, with_pair_top1_acc=tuned, **head_meta(losses, held, sel),
                 note="teacher-forced: pair(true previous token -> drafter top-K), restricted CE")
     return {"files": {PAIR_FILE: module_bytes(sel, sel.config())}, "meta": meta}

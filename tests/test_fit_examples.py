@@ -1,0 +1,147 @@
+"""The fits' examples: an evenly spread, deterministic subset of the teacher trajectories, just large enough
+for the example target, read with one target forward each (bit for bit the two forwards it replaced), and a
+hold-out whose trajectories never feed the fit."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dflash_core.methods import FitContext
+from dflash_core.methods.examples import draft_examples, target_rows
+from dflash_core.methods.fitting import (
+    CORRECTION_TARGET_EXAMPLES,
+    HEAD_STRIDE,
+    HEAD_TARGET_EXAMPLES,
+    MIN_FIT_TRAJECTORIES,
+    cached_examples,
+    plan_examples,
+    spread_indices,
+    start_head_fit,
+)
+from dflash_core.train import trajectory_taps
+
+from .conftest import TINY_PREP
+
+
+def _anchors(ctx, idx, stride: int) -> int:
+    B = ctx.drafter.cfg.block_size
+    return sum(len(range(max(ctx.prompt_lens[i], 1), len(ctx.trajectories[i]) - B, stride)) for i in idx)
+
+
+def _shape_only_ctx(n: int, gen_tokens: int, block: int, seed: int = 0) -> SimpleNamespace:
+    """What the planner reads (trajectory lengths, prompt lengths, block size), prepare-sized, without a model."""
+    rng = random.Random(seed)
+    plens = [rng.randint(4, 40) for _ in range(n)]
+    trajs = [[0] * (p + gen_tokens) for p in plens]
+    return SimpleNamespace(trajectories=trajs, prompt_lens=plens,
+                           drafter=SimpleNamespace(cfg=SimpleNamespace(block_size=block)))
+
+
+@given(total=st.integers(1, 5000), n=st.integers(1, 5000))
+def test_spread_indices_take_one_per_equal_bin(total, n):
+    got = spread_indices(total, n)
+    k = min(n, total)
+    assert len(got) == k and got == sorted(set(got)) and got == spread_indices(total, n)
+    for i, t in enumerate(got):  # bin i is [i*total/k, (i+1)*total/k): exactly one pick in each
+        assert i * total <= t * k < (i + 1) * total
+
+
+@pytest.mark.parametrize("target,max_stride", [(CORRECTION_TARGET_EXAMPLES, 1), (HEAD_TARGET_EXAMPLES, HEAD_STRIDE)])
+def test_plan_reaches_the_target_with_just_enough_spread_trajectories(target, max_stride):
+    """At prepare's scale (2160 trajectories of 64 tokens, B = 8): the target is reached, one trajectory
+    fewer would not reach it, the picks are spread over all trajectories, and target forwards drop >= 5x."""
+    ctx = _shape_only_ctx(2160, 64, 8)
+    plan = plan_examples(ctx, target, max_stride)
+    N, n = len(ctx.trajectories), len(plan.trajectories)
+    assert plan.stride == max_stride and plan.target == target
+    assert plan.trajectories == spread_indices(N, n) == plan_examples(ctx, target, max_stride).trajectories
+    assert _anchors(ctx, plan.trajectories, plan.stride) >= target
+    assert _anchors(ctx, spread_indices(N, n - 1), plan.stride) < target
+    assert n * 5 <= N
+    assert plan.trajectories[0] < N / n and plan.trajectories[-1] >= N - N / n  # both ends are covered
+
+
+def test_plan_reads_every_trajectory_when_anchors_are_few():
+    """Fewer anchors than the target even at stride 1: every trajectory, every anchor."""
+    ctx = _shape_only_ctx(30, 12, 4)
+    plan = plan_examples(ctx, 10_000, HEAD_STRIDE)
+    assert plan.trajectories == list(range(30)) and plan.stride == 1
+
+
+def test_plan_keeps_enough_trajectories_for_a_hold_out_in_small_runs():
+    """A small target does not shrink the fit to one or two trajectories: the stride grows instead."""
+    ctx = _shape_only_ctx(40, 24, 4)
+    plan = plan_examples(ctx, 64, 1)
+    assert len(plan.trajectories) >= MIN_FIT_TRAJECTORIES and plan.stride > 1
+    assert _anchors(ctx, plan.trajectories, plan.stride) >= 64
+
+
+# --- on the tiny target ----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_ctx(tiny_prepared) -> FitContext:
+    """60 short random trajectories on the tiny prepared target (8 anchors each at B = 4)."""
+    rng = random.Random(3)
+    rt = tiny_prepared.rt
+    trajs = [[rng.randrange(3, rt.vocab_size) for _ in range(15)] for _ in range(60)]
+    cfg = replace(TINY_PREP, aux_max_examples=100)
+    return FitContext(rt, tiny_prepared.prepared.drafter, trajs, [3] * len(trajs), cfg, "code")
+
+
+def test_one_forward_gives_the_taps_and_logits_of_two_bit_for_bit(tiny_prepared):
+    from dflash_core.target import load_target
+
+    rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")  # prepare's dtype
+    taps = tiny_prepared.prepared.drafter.cfg.taps
+    for rt in (rt32, tiny_prepared.rt):
+        for seq in ([5, 9, 14, 3, 22, 7, 8], [1] + list(range(10, 60))):
+            hid, lg = target_rows(rt, seq, taps, with_logits=True)
+            with torch.no_grad():
+                want = rt.model(input_ids=torch.tensor([seq]), use_cache=False).logits[0].float().cpu()
+            assert torch.equal(hid, trajectory_taps(rt, seq, taps)) and torch.equal(lg, want)
+
+
+def test_examples_come_only_from_the_planned_trajectories(tiny_ctx):
+    plan = plan_examples(tiny_ctx, 100, 1)
+    ex = cached_examples(tiny_ctx, top_k=8, plan=plan)
+    assert len(ex.anchors) == 100 and ex.prev.shape[0] == 100  # the target, capped exactly
+    assert ex.trajectories == plan.trajectories and {t for t, _ in ex.anchors} == set(plan.trajectories)
+    assert len(plan.trajectories) * 4 <= len(tiny_ctx.trajectories)
+    assert cached_examples(tiny_ctx, top_k=8, plan=plan) is ex  # computed once per prepare run
+
+
+def test_a_subset_reads_the_same_rows_as_the_full_run(tiny_ctx):
+    """Choosing trajectories changes which examples exist, never their values."""
+    sub = [4, 17, 50]
+    part = draft_examples(tiny_ctx, top_k=8, trajectories=sub)
+    full = draft_examples(tiny_ctx, top_k=8)
+    rows = [i for i, (t, _) in enumerate(full.anchors) if t in sub]
+    assert part.anchors == [full.anchors[i] for i in rows]
+    assert part.topk_ids.tolist() == full.topk_ids[rows].tolist() and part.labels.tolist() == full.labels[rows].tolist()
+    assert torch.equal(part.topk_vals, full.topk_vals[rows])
+    assert torch.equal(part.target_logits, full.target_logits[rows])
+
+
+def test_held_out_trajectories_never_feed_the_head_fit(tiny_ctx):
+    ex, _, held, train_idx, meta = start_head_fit(tiny_ctx, 2, lambda: torch.nn.Linear(1, 1))
+    train_t = {ex.anchors[i][0] for i in train_idx.tolist()}
+    held_t = {ex.anchors[i][0] for i in torch.nonzero(held).flatten().tolist()}
+    assert held_t and train_t and train_t.isdisjoint(held_t)
+    assert train_t == set(meta["train_trajectories"]) and held_t == set(meta["holdout_trajectories"])
+    assert train_t | held_t == set(ex.trajectories)
+    assert meta["example_trajectories"] == len(ex.trajectories) and meta["example_anchors"] == meta["examples"]
+
+
+def test_every_fit_records_the_trajectories_and_anchors_it_read(tiny_prepared):
+    for name, meta in tiny_prepared.prepared.manifest["fits"].items():
+        n_traj, n_anch = meta["example_trajectories"], meta["example_anchors"]
+        assert type(n_traj) is int and type(n_anch) is int and type(meta["anchor_stride"]) is int, name
+        assert n_traj == len(meta["train_trajectories"]) + len(meta["holdout_trajectories"]), name
+        assert n_anch == meta.get("examples", meta.get("train_examples", 0) + meta.get("holdout_examples", 0)), name
