@@ -129,14 +129,19 @@ def test_every_case_carries_its_activity_and_race_record(smoke_run):
     from dflash_core.methods import METHODS, speculative_ids
 
     saved = json.loads(smoke_run["out"].read_text())
+    doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
+    lead = doc["race"]["width"]
+    assert lead in WIDTHS and doc["race"]["statistic"] == "vs_baseline" == doc["ranking"]["statistic"]
     for b in saved["benchmarks"]:
         if b["name"].startswith("test_decode[") and "[normal-" not in b["name"]:
             ex = b["extra_info"]
-            assert {"activity", "race", "drafted", "acceptance_rate_drafted"} <= set(ex), b["name"]
-            assert ex["race"]["rounds"] == ex["rounds"] == b["stats"]["rounds"] == len(ex["speedup_rounds"])
-    doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
+            assert {"activity", "drafted", "acceptance_rate_drafted", "vs_baseline_rounds"} <= set(ex), b["name"]
+            assert len(ex["vs_baseline_rounds"]) == ex["rounds"] == b["stats"]["rounds"] == len(ex["speedup_rounds"])
+            assert ("race" in ex) == (ex["width"] == lead), b["name"]  # only the leading width races
+            if "race" in ex:
+                assert ex["race"]["rounds"] == ex["rounds"]
     assert doc["race"]["cap_rounds"] == 3 and set(doc["race"]["cases"]) == {
-        f"{m}-w{w}" for m in speculative_ids() for w in WIDTHS}
+        f"{m}-w{lead}" for m in speculative_ids()}
     assert doc["methods"]["normal"]["activity"]["status"] == "no draft"
     for mid in speculative_ids():
         m = doc["methods"][mid]
@@ -157,7 +162,7 @@ def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_
     from dflash_core.costmodel import OBJECTIVE
 
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5
     for mid, m in doc["methods"].items():
         for w, r in m["rows"].items():
             assert r["model_speedup"] > 0 and r["measured_over_model"] == r["speedup"] / r["model_speedup"], (mid, w)

@@ -134,24 +134,28 @@ def test_extra_rounds_reach_the_saved_pytest_benchmark_record():
 
 
 def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
-    """run_race over a session's measured cases: normal and a diverged case are never raced; every raced case
-    gets its `race` record through its sink; the budget is the base matrix's own time (from the fake clock)."""
+    """run_race over a session's measured cases: normal, a diverged case and a case at another width than the
+    leading one are never raced; the race runs on the ratio against plain dflash at the same width (each round's
+    `baseline_walls`); every raced case gets its `race` record through its sink; the budget is the base matrix's
+    own time (from the fake clock) times the budget fraction."""
     import dflash_core.bench as bench
 
-    def case(method, walls, kinds=("exact",)):
+    def case(method, walls, kinds=("exact",), width=2):
         sunk = []
-        c = bench.CaseRounds(method, 2, [1.0] * len(walls), list(walls), [], list(kinds), {},
-                             lambda s, info, sunk=sunk: sunk.append((s, dict(info))))
+        c = bench.CaseRounds(method, width, [1.0] * len(walls), list(walls), [], list(kinds), {},
+                             lambda s, info, sunk=sunk: sunk.append((s, dict(info))), [0.5] * len(walls))
         return c, sunk
 
-    cases = {"normal-w0": case("normal", [1.0, 1.0, 1.0]), "a-w2": case("a", [0.5, 0.52, 0.49]),
-             "b-w2": case("b", [0.51, 0.5, 0.53]), "bad-w2": case("bad", [0.1, 0.1, 0.1], ("diverged",))}
-    model = TimingModel({"a-w2": 2.0, "b-w2": 2.0}, sd=0.0, cycle=(0.0, -0.04, 0.04))
+    cases = {"normal-w0": case("normal", [1.0, 1.0, 1.0], width=0), "a-w2": case("a", [0.5, 0.52, 0.49]),
+             "b-w2": case("b", [0.51, 0.5, 0.53]), "bad-w2": case("bad", [0.1, 0.1, 0.1], ("diverged",)),
+             "a-w1": case("a", [0.8, 0.8, 0.8], width=1)}
+    model = TimingModel({"a-w2": 1.0, "b-w2": 1.0}, sd=0.0, cycle=(0.0, -0.04, 0.04))
 
     def fake_round(sess, key):
         c = sess.case_rounds[key]
         c.normal_walls.append(1.0)
-        c.walls.append(1.0 / model.step(key))
+        c.baseline_walls.append(0.5)
+        c.walls.append(0.5 / model.step(key))
         return c.normal_walls[-1] / c.walls[-1]
 
     monkeypatch.setattr(bench, "race_round", fake_round)
@@ -159,13 +163,16 @@ def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
                            cfg=SimpleNamespace(rounds=3, race_max=2))
     rec = bench.run_race(sess, clock=FakeClock(tick=0.1))
     assert set(rec["cases"]) == {"a-w2", "b-w2"} and sess.race is rec
+    assert rec["width"] == 2 and rec["statistic"] == "vs_baseline"
     # the clock's first read (0.1) minus the matrix start (-5), times the budget fraction
     assert rec["budget_seconds"] == pytest.approx(5.1 * bench.RACE_BUDGET_FRACTION)
     assert {k: (c["extra_rounds"], c["stop"]) for k, c in rec["cases"].items()} == {"a-w2": (3, CAP), "b-w2": (3, CAP)}
-    assert cases["normal-w0"][1] == [] and cases["bad-w2"][1] == []
+    assert cases["normal-w0"][1] == [] and cases["bad-w2"][1] == [] and cases["a-w1"][1] == []
     for k in ("a-w2", "b-w2"):
         last = cases[k][1][-1]
         assert last[0] is None and last[1]["race"] == rec["cases"][k]
+        vs = sess.case_rounds[k].compared()  # the model's ratios against dflash: 1 + (0, -0.04, 0.04) cycling
+        assert len(vs) == 6 and sorted({round(x, 6) for x in vs[3:]}) == [0.96, 1.0, 1.04]
 
 
 def test_race_line_says_what_racing_did():

@@ -115,3 +115,30 @@ def test_measure_aa_times_normal_against_normal_with_the_case_pairing(monkeypatc
     rounds = bench.measure_aa(sess, "end")
     assert rounds == pytest.approx([1 + e for e in eps]) and sess.aa_rounds == {"end": rounds}
     assert calls == ["normal"] * 7
+
+
+def test_groups_compare_each_method_with_dflash_in_the_same_rounds():
+    """Schema 5: with `vs_baseline_rounds` on every row, the rank groups come from the ratio against plain dflash
+    timed in the same rounds, at the leading width. A machine that switches between a slow and a fast state
+    makes every speedup over greedy bimodal (their intervals all overlap), while the per-round ratio still
+    separates a method that is steadily 10 % slower than dflash and keeps one that equals it in G1."""
+    modes = [2.3, 2.8, 2.3, 2.8, 2.3, 2.8, 2.3, 2.8]
+    vs = {"dflash": known_rounds(1.0, 0.01, n=8, seed=11), "act": known_rounds(1.0, 0.01, n=8, seed=12),
+          "mobs": known_rounds(0.9, 0.01, n=8, seed=13)}
+    rows = [bench_row("normal", 0, rounds=[1.0, 1.0, 1.0])]
+    for mid, q in vs.items():
+        sp = [m * x for m, x in zip(modes, q)]
+        row = bench_row(mid, 2, speedup=sorted(sp)[4], rounds=sp)
+        row["extra_info"].update(vs_baseline_rounds=q, vs_baseline=sorted(q)[4], baseline="dflash")
+        rows.append(row)
+    doc = build_report([saved_run(rows)], ["r"])
+    assert doc["ranking"] == {"statistic": "vs_baseline", "width": 2, "baseline": "dflash"}
+    assert sorted(doc["rank_groups"][0]) == ["act", "dflash"] and doc["rank_groups"][1:] == [["mobs"]]
+    assert doc["methods"]["mobs"]["best"]["vs_baseline_ci"][1] < 0.95
+    # the same rounds without the comparison leg: ranked by speedup over greedy, the bimodal intervals overlap
+    for r in rows:
+        for k in ("vs_baseline_rounds", "vs_baseline", "baseline"):
+            r["extra_info"].pop(k, None)
+    old = build_report([saved_run(rows)], ["r"])
+    assert old["ranking"]["statistic"] == "speedup" and len(old["rank_groups"]) == 1
+    assert "<td class=vs>" in render_report(doc) and "against plain dflash" in render_report(doc)
