@@ -206,13 +206,14 @@ def _open(cfg: BenchConfig) -> BenchSession:
     sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
     session_costs(sess)
     cal_texts = list(ps.calibration[: cfg.calibration_prompt_limit])
+    ctx = calibration_context(sess, cal_texts)  # once: auto_widths and every calibrator share it
     if not cfg.calibration_widths:  # --bench-widths auto
-        sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts)
-    calibrate_all(sess, cal_texts)
+        sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
+    calibrate_all(sess, cal_texts, ctx)
     return sess
 
 
-def auto_widths(sess: BenchSession, cal_texts: list[str]) -> list[int]:
+def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = None) -> list[int]:
     """The default verify widths (`--bench-widths auto`), read off the measured verify-cost curve.
 
     On calibration prompts (never benchmark ones), plain dflash is decoded at every width 1..B and each width
@@ -220,14 +221,13 @@ def auto_widths(sess: BenchSession, cal_texts: list[str]) -> list[int]:
     the deterministic accepted counts), the noise-free objective of issue 14. The widths are the best width and
     the best of those at most half of it (the scaling a reader wants to see), so the curve of the machine, not a
     fixed list, decides: on a CPU where verify cost grows with the width they come out small, on a GPU where
-    it is flat up to B they come out large. The table is kept in `width_choice` (benchmark.json settings)."""
+    it is flat up to B they come out large. The table is kept in `width_choice` (benchmark.json settings).
+    `ctx`: the session's `calibration_context` (built here when None)."""
     from .calibrate import calibrate
     from .costmodel import OBJECTIVE, choose
-    from .data import refuse_benchmark
     from .methods import get_method
 
-    refuse_benchmark(cal_texts, sess.family, "calibration")
-    ctx = calibration_context(sess, cal_texts)
+    ctx = ctx or calibration_context(sess, cal_texts)
     ids, refs = ctx["ids"], ctx["refs"]
     info = get_method("dflash")
     rows = []
@@ -305,9 +305,11 @@ CALIBRATORS: dict[str, Any] = {"act": _calibrator("calibrate_act"), "dspark_lite
 def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     """What every calibration shares: the calibration prompts' ids, their greedy references and the target's
     component costs at a calibration context (calibration never times benchmark prompts); the costs are
-    measured once per session."""
+    measured once per session. Refuses calibration prompts that share an n-gram with a benchmark prompt."""
     from .costmodel import target_costs
+    from .data import refuse_benchmark
 
+    refuse_benchmark(cal_texts, sess.family, "calibration")
     ids = _cal_ids(sess, cal_texts)
     tokens = sess.cfg.calibration_tokens
     refs = [greedy(sess.rt, p, tokens)[0] for p in ids]
@@ -316,12 +318,11 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     return {"ids": ids, "refs": refs, "costs": sess.calibration_costs}
 
 
-def calibrate_all(sess: BenchSession, cal_texts: list[str]) -> None:
+def calibrate_all(sess: BenchSession, cal_texts: list[str], ctx: dict | None = None) -> None:
+    """Every calibrator at every calibrated width; `ctx`: the session's `calibration_context` (built when None)."""
     from .costmodel import OBJECTIVE
-    from .data import refuse_benchmark
 
-    refuse_benchmark(cal_texts, sess.family, "calibration")
-    ctx = calibration_context(sess, cal_texts)
+    ctx = ctx or calibration_context(sess, cal_texts)
     widths = calibration_widths(sess)
     for mid, fn in CALIBRATORS.items():
         t0 = time.perf_counter()
@@ -647,14 +648,13 @@ def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
     keys = case_keys(sess, with_normal=True)
     rng = random.Random(seed)
     t0 = time.perf_counter()
-    orders = []
-    for _ in range(max(0, passes)):
+    passes = max(0, passes)
+    for _ in range(passes):
         order = list(keys)
         rng.shuffle(order)
-        orders.append(order)
         for k in order:
             step(sess, k)
-    rec = {"schedule": "round-robin", "passes": len(orders), "cases": len(keys),
+    rec = {"schedule": "round-robin", "passes": passes, "cases": len(keys),
            "seconds": time.perf_counter() - t0}
     sess.passes = rec
     return rec
