@@ -1,4 +1,4 @@
-"""Issue 16 item 2: train drafter variants (default, 2 layers, block 16) on one set of teacher data and compare
+"""Issue 16 item 2: train drafter variants (block 8, 2 layers at block 8, block 16) on one set of teacher data and compare
 held-out accuracy per second of drafting. Writes a JSON and prints a markdown table.
 
     python scripts/drafter_variants.py --out docs/drafter-variants.json [--steps N] [--threads 1]
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(V.markdown_table(doc["rows"]))
     w = doc["winner"]
     ratio = "n/a" if w["over_default"] is None else f"{w['over_default']:.3f}x"
-    print(f"\nwinner: {w['variant']} at {w['positions']} positions, {ratio} the default's expected accepted "
+    print(f"\nwinner: {w['variant']} at {w['positions']} positions, {ratio} the block-8 baseline's expected accepted "
           f"drafts per drafting second; JSON: {args.out}")
     return doc
 

@@ -34,7 +34,7 @@ def result(tiny_prepared, tmp_path_factory):
 def test_one_row_per_variant_with_expected_shape(result):
     doc, _ = result
     rows = doc["rows"]
-    assert [r["variant"] for r in rows] == ["default", "layers2", "block16"]
+    assert [r["variant"] for r in rows] == ["block8", "layers2", "block16"]
     assert [(r["layers"], r["block_size"]) for r in rows] == [(1, 8), (2, 8), (1, 16)]
     for r in rows:
         acc = r["heldout_position_accuracy"]
@@ -49,7 +49,7 @@ def test_one_row_per_variant_with_expected_shape(result):
     assert rows[1]["parameters"] > rows[0]["parameters"] == rows[2]["parameters"]
     # one held-out split for all: the same number of held-out trajectories everywhere
     assert {r["heldout_sequences"] for r in rows} == {doc["heldout_trajectories"]}
-    assert doc["winner"]["variant"] in {"default", "layers2", "block16"}
+    assert doc["winner"]["variant"] in {"block8", "layers2", "block16"}
 
 
 def test_json_written_matches_returned_document(result):
