@@ -471,11 +471,14 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
     (every round decodes the same ids), seconds from all rounds."""
     first = DecodeStats.merge(stats_rounds[0])
     every = DecodeStats.merge([s for rnd in stats_rounds for s in rnd])
+    # normal rounds are a prefix of the method's (the comparison-only rounds come after every base round):
+    # the speedup over greedy pairs that prefix, tokens/s uses every round
     figs = PairedRounds(normal_walls, method_walls, []).figures(first.new_tokens)
+    figs["rounds"] = len(figs["speedup_rounds"])
     drafted = int(first.meta.get("drafted", first.proposed))  # trimming methods (ACT, DSpark) draft more
     vs = comparison_rounds(baseline_walls or [], method_walls)
     compared = {"vs_baseline_rounds": [float(x) for x in vs], "vs_baseline": float(median_iqr(vs)[0]),
-                "baseline": BASELINE} if vs else {}
+                "baseline": BASELINE, "compared_rounds": len(vs)} if vs else {}
     return {**compared,
         "method": method, "device": str(sess.rt.device.type), "dtype": str(sess.rt.dtype).replace("torch.", ""),
         "width": int(width), "prompts": len(sess.prompt_ids), "tokens_per_prompt": sess.cfg.tokens,
@@ -576,6 +579,7 @@ class CaseRounds:
     baseline_walls: list[float] = field(default_factory=list)  # plain dflash at this width, each round
 
     def speedups(self) -> list[float]:
+        """Speedups over greedy: the rounds with a normal leg, which are a prefix of `walls` (`compare_round`)."""
         return [n / m for n, m in zip(self.normal_walls, self.walls) if m > 0]
 
     def compared(self) -> list[float]:
@@ -602,20 +606,8 @@ def _benchmark_sink(benchmark):
     return sink
 
 
-def race_round(sess: BenchSession, key: str) -> float:
-    """One more paired round of case `key` (normal, then the method, as `paired_rounds` pairs them); returns
-    its speedup and passes the round and the recomputed figures to the case's pytest-benchmark record."""
-    c = sess.case_rounds[key]
-    with torch_threads(sess.cfg.threads):
-        c.normal_walls.append(decode_all(sess, "normal", 0)[2])
-        if c.method != "normal":
-            c.baseline_walls.append(decode_all(sess, BASELINE, c.width)[2])
-        t0 = time.perf_counter()
-        _, stats, wall = decode_all(sess, c.method, c.width)
-        synchronize(sess.rt.device)
-        seconds = time.perf_counter() - t0  # pytest-benchmark's own timer reading of a round (perf_counter)
-    c.walls.append(wall)
-    c.stats_rounds.append(stats)
+def _refresh(sess: BenchSession, c: CaseRounds, seconds: float) -> None:
+    """Recompute a case's figures after a round was added and pass the round to its pytest-benchmark record."""
     c.info.update(summarize(sess, c.method, c.width, c.stats_rounds, c.normal_walls, c.walls, c.kinds,
                             c.baseline_walls))
     if c.info.get("model_speedup"):  # the model is the case's own (deterministic) rounds: only the measured side moved
@@ -624,7 +616,50 @@ def race_round(sess: BenchSession, key: str) -> float:
         c.info["measured_over_model"] = float(measured_over_model(c.info["speedup"], c.info["model_speedup"]))
     if c.sink is not None:
         c.sink(seconds, c.info)
-    return c.normal_walls[-1] / wall if wall > 0 else 0.0
+
+
+def _timed_method(sess: BenchSession, c: CaseRounds) -> float:
+    """The method's leg of a round: appends its wall and stats; returns pytest-benchmark's timer reading."""
+    t0 = time.perf_counter()
+    _, stats, wall = decode_all(sess, c.method, c.width)
+    synchronize(sess.rt.device)
+    seconds = time.perf_counter() - t0  # pytest-benchmark's own timer reading of a round (perf_counter)
+    c.walls.append(wall)
+    c.stats_rounds.append(stats)
+    return seconds
+
+
+def race_round(sess: BenchSession, key: str) -> float:
+    """One more paired round of case `key` (normal, the dflash leg, then the method, as `paired_rounds` pairs
+    them); returns its speedup and passes the round and the recomputed figures to the case's record."""
+    c = sess.case_rounds[key]
+    if len(c.normal_walls) != len(c.walls):
+        raise RuntimeError(f"{key}: a round with a normal leg after comparison-only rounds would misalign the "
+                           "speedup pairs; run every base round before compare_round")
+    with torch_threads(sess.cfg.threads):
+        c.normal_walls.append(decode_all(sess, "normal", 0)[2])
+        if c.method != "normal":
+            c.baseline_walls.append(decode_all(sess, BASELINE, c.width)[2])
+        seconds = _timed_method(sess, c)
+    _refresh(sess, c, seconds)
+    return c.normal_walls[-1] / c.walls[-1] if c.walls[-1] > 0 else 0.0
+
+
+def compare_round(sess: BenchSession, key: str) -> float:
+    """One more round of the ranking statistic for speculative case `key`: plain dflash at the case's width, then
+    the method, seconds apart, and no normal leg; returns the round's ratio against dflash.
+
+    Why no normal leg: the rank groups compare each method with dflash (`comparison_rounds`), and a greedy decode
+    costs ~2.4x a speculative one on the mini target, so leaving it out buys about twice the rounds of the
+    ranking statistic in the same time. The speedup over greedy keeps the base rounds that have a normal leg."""
+    c = sess.case_rounds[key]
+    if c.method == "normal":
+        raise ValueError("compare_round is for speculative cases: normal has no dflash leg")
+    with torch_threads(sess.cfg.threads):
+        c.baseline_walls.append(decode_all(sess, BASELINE, c.width)[2])
+        seconds = _timed_method(sess, c)
+    _refresh(sess, c, seconds)
+    return c.compared()[-1]
 
 
 def case_keys(sess: BenchSession, *, with_normal: bool) -> list[str]:
@@ -672,12 +707,42 @@ def leading_width(cases: dict) -> int | None:
 # Racing's time budget as a fraction of the base matrix's own time (its first case until the race starts, the
 # round-robin passes included): half keeps the README main command under 20 min on 2 cores with prepare.
 RACE_BUDGET_FRACTION = 0.5
+# Before racing, every case at the leading width is topped up to this many x the base rounds of the ranking
+# statistic (comparison-only rounds, round-robin). Why: a case "separated" after 3 rounds had a bootstrap
+# interval of about its min-max (~75 % coverage at n = 3), so two quiet runs put methods 1-3 % apart on either
+# side of a group edge; 6 rounds give the percentile interval ~97 % coverage of the median.
+RANK_MIN_FACTOR = 2
+
+
+def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=None) -> dict:
+    """Comparison-only rounds (`compare_round`) until each of `keys` has `rounds` ratios against dflash, in
+    round-robin passes in a seeded order per pass (as `run_passes`, for the same reason: every case samples the
+    machine's drift). Returns the record: `rounds`, `passes`, `added` per case, `seconds`."""
+    import random
+
+    step = step or compare_round
+    rng = random.Random(seed)
+    t0 = time.perf_counter()
+    added = {k: 0 for k in keys}
+    passes = 0
+    while True:
+        short = [k for k in keys if len(sess.case_rounds[k].compared()) < rounds]
+        if not short:
+            break
+        rng.shuffle(short)
+        for k in short:
+            step(sess, k)
+            added[k] += 1
+        passes += 1
+    return {"rounds": rounds, "passes": passes, "added": added, "seconds": time.perf_counter() - t0}
 
 
 def run_race(sess: BenchSession, clock=time.perf_counter) -> dict:
-    """Race the exact speculative cases measured so far (`racing.race`): cap `race_max` x `rounds` per case, and
-    a time budget of RACE_BUDGET_FRACTION x the base matrix's own time (from the first case until now). Each
-    case's extra_info gets its `race` record; the session keeps the whole record."""
+    """Rank the exact speculative cases at the leading width: top every one of them up to RANK_MIN_FACTOR x the
+    base rounds of its ratio against dflash (`top_up`), then race them (`racing.race`, comparison-only rounds):
+    cap `race_max` x `rounds` per case, a time budget of RACE_BUDGET_FRACTION x the base matrix's own time (from
+    the first case until the race starts; the top-up is not charged to it). Each case's extra_info gets its
+    `race` record; the session keeps the whole record."""
     from .racing import race
 
     keys = case_keys(sess, with_normal=False)
@@ -686,18 +751,20 @@ def run_race(sess: BenchSession, clock=time.perf_counter) -> dict:
     width = leading_width({k: sess.case_rounds[k] for k in keys})
     # The race is run on what the rank groups compare: each case against plain dflash at the leading width.
     raced = [k for k in keys if sess.case_rounds[k].width == width and sess.case_rounds[k].compared()]
+    cap = sess.cfg.rounds * sess.cfg.race_max
+    topped = top_up(sess, raced, min(cap, RANK_MIN_FACTOR * sess.cfg.rounds), sess.cfg.seed)
     rounds = {k: sess.case_rounds[k].compared() for k in raced}
 
     def step(k: str) -> float:
-        race_round(sess, k)
-        return sess.case_rounds[k].compared()[-1]
+        return compare_round(sess, k)
 
     rec = race(rounds, step, sess.cfg.rounds, sess.cfg.race_max, budget, clock)
     rec["width"] = width
     rec["statistic"] = "vs_baseline"
+    rec["top_up"] = {k: v for k, v in topped.items() if k != "added"}
     for k in raced:
         c = sess.case_rounds[k]
-        c.info["race"] = rec["cases"][k]
+        c.info["race"] = {**rec["cases"][k], "top_up_rounds": topped["added"][k]}
         if c.sink is not None:
             c.sink(None, c.info)
     sess.race = rec

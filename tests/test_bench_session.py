@@ -79,6 +79,29 @@ def test_a_race_round_extends_the_case_and_its_record(session):
     assert new["activity"] == info["activity"] and new["accepted"] == info["accepted"]  # counts: the first round
 
 
+def test_a_compare_round_adds_a_ratio_against_dflash_and_no_speedup_round(session):
+    """compare_round (the ranking's extra rounds): the dflash leg and the method, no normal leg; the speedup over
+    greedy keeps its normal-paired rounds, the ratio against dflash gains one, and a round with a normal leg
+    after it is refused (it would pair normal with the wrong method wall)."""
+    from dflash_core.bench import compare_round, measure_pair, race_round
+
+    info = measure_pair(session, "dflash", 2, rounds=2)
+    got = []
+    case = session.case_rounds["dflash-w2"]
+    case.sink = lambda seconds, new: got.append((seconds, dict(new)))
+    ratio = compare_round(session, "dflash-w2")
+    seconds, new = got[-1]
+    assert new["rounds"] == 2 and new["speedup_rounds"] == info["speedup_rounds"]
+    assert new["compared_rounds"] == 3 and new["vs_baseline_rounds"][:2] == info["vs_baseline_rounds"]
+    assert new["vs_baseline_rounds"][2] == ratio and seconds > 0
+    assert len(case.normal_walls) == 2 and len(case.walls) == len(case.baseline_walls) == 3
+    with pytest.raises(RuntimeError, match="misalign"):
+        race_round(session, "dflash-w2")
+    measure_pair(session, "normal", 0, rounds=1)
+    with pytest.raises(ValueError, match="speculative"):
+        compare_round(session, "normal-w0")
+
+
 def test_cases_record_widths_as_data_for_the_lab_section(session):
     from dflash_core.bench import measure_pair
     from dflash_core.methods import METHODS

@@ -135,9 +135,10 @@ def test_extra_rounds_reach_the_saved_pytest_benchmark_record():
 
 def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
     """run_race over a session's measured cases: normal, a diverged case and a case at another width than the
-    leading one are never raced; the race runs on the ratio against plain dflash at the same width (each round's
-    `baseline_walls`); every raced case gets its `race` record through its sink; the budget is the base matrix's
-    own time (from the fake clock) times the budget fraction."""
+    leading one are never raced; every case at the leading width is first topped up to RANK_MIN_FACTOR x the
+    base rounds, then raced, both with comparison-only rounds (dflash leg and method, no normal leg: the
+    speedup over greedy keeps its 3 rounds); every raced case gets its `race` record through its sink; the
+    budget is the base matrix's own time (from the fake clock) times the budget fraction."""
     import dflash_core.bench as bench
 
     def case(method, walls, kinds=("exact",), width=2):
@@ -150,29 +151,62 @@ def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
              "b-w2": case("b", [0.51, 0.5, 0.53]), "bad-w2": case("bad", [0.1, 0.1, 0.1], ("diverged",)),
              "a-w1": case("a", [0.8, 0.8, 0.8], width=1)}
     model = TimingModel({"a-w2": 1.0, "b-w2": 1.0}, sd=0.0, cycle=(0.0, -0.04, 0.04))
+    calls = []
 
-    def fake_round(sess, key):
+    def fake_compare(sess, key):
         c = sess.case_rounds[key]
-        c.normal_walls.append(1.0)
+        calls.append(key)
         c.baseline_walls.append(0.5)
         c.walls.append(0.5 / model.step(key))
-        return c.normal_walls[-1] / c.walls[-1]
+        return c.compared()[-1]
 
-    monkeypatch.setattr(bench, "race_round", fake_round)
+    monkeypatch.setattr(bench, "compare_round", fake_compare)
+    monkeypatch.setattr(bench, "race_round", lambda *a: pytest.fail("racing must not time a normal leg"))
     sess = SimpleNamespace(case_rounds={k: c for k, (c, _) in cases.items()}, matrix_started=-5.0, race=None,
-                           cfg=SimpleNamespace(rounds=3, race_max=2))
+                           cfg=SimpleNamespace(rounds=3, race_max=3, seed=0))
     rec = bench.run_race(sess, clock=FakeClock(tick=0.1))
     assert set(rec["cases"]) == {"a-w2", "b-w2"} and sess.race is rec
     assert rec["width"] == 2 and rec["statistic"] == "vs_baseline"
+    assert rec["top_up"]["rounds"] == bench.RANK_MIN_FACTOR * 3 == 6 and rec["top_up"]["passes"] == 3
+    assert sorted(calls[:6]) == ["a-w2"] * 3 + ["b-w2"] * 3  # the top-up, round-robin, before any race round
     # the clock's first read (0.1) minus the matrix start (-5), times the budget fraction
     assert rec["budget_seconds"] == pytest.approx(5.1 * bench.RACE_BUDGET_FRACTION)
     assert {k: (c["extra_rounds"], c["stop"]) for k, c in rec["cases"].items()} == {"a-w2": (3, CAP), "b-w2": (3, CAP)}
     assert cases["normal-w0"][1] == [] and cases["bad-w2"][1] == [] and cases["a-w1"][1] == []
     for k in ("a-w2", "b-w2"):
         last = cases[k][1][-1]
-        assert last[0] is None and last[1]["race"] == rec["cases"][k]
-        vs = sess.case_rounds[k].compared()  # the model's ratios against dflash: 1 + (0, -0.04, 0.04) cycling
-        assert len(vs) == 6 and sorted({round(x, 6) for x in vs[3:]}) == [0.96, 1.0, 1.04]
+        assert last[0] is None and last[1]["race"] == {**rec["cases"][k], "top_up_rounds": 3}
+        c = sess.case_rounds[k]
+        vs = c.compared()  # the model's ratios against dflash: 1 + (0, -0.04, 0.04) cycling
+        assert len(vs) == 9 and sorted({round(x, 6) for x in vs[3:]}) == [0.96, 1.0, 1.04]
+        assert len(c.speedups()) == 3 and len(c.normal_walls) == 3
+
+
+def test_top_up_gives_every_case_the_minimum_in_seeded_round_robin_passes():
+    """top_up: cases below the minimum get one comparison round per pass until each has it; a case already at
+    the minimum gets none; the order of each pass depends on the seed (and only on it)."""
+    import dflash_core.bench as bench
+
+    def run(seed):
+        cases = {k: bench.CaseRounds(k, 2, [1.0] * n, [0.5] * n, [], ["exact"], {}, None, [0.5] * n)
+                 for k, n in (("a", 3), ("b", 4), ("c", 6), ("d", 3))}
+        sess = SimpleNamespace(case_rounds=cases)
+        calls = []
+
+        def step(s, k):
+            calls.append(k)
+            s.case_rounds[k].baseline_walls.append(0.5)
+            s.case_rounds[k].walls.append(0.5)
+
+        rec = bench.top_up(sess, ["a", "b", "c", "d"], 6, seed, step=step)
+        return sess, rec, calls
+
+    sess, rec, calls = run(1)
+    assert rec["added"] == {"a": 3, "b": 2, "c": 0, "d": 3} and rec["passes"] == 3
+    assert all(len(c.compared()) == 6 for c in sess.case_rounds.values())
+    assert sorted(calls[:3]) == ["a", "b", "d"]  # the first pass: every short case once
+    orders = {tuple(run(seed)[2]) for seed in range(6)}
+    assert run(1)[2] == calls and len(orders) > 1
 
 
 def test_race_line_says_what_racing_did():

@@ -124,6 +124,7 @@ DECODE_OPTIONAL = {
     "drafted": "int", "acceptance_rate_drafted": "num", "activity": "activity", "race": "race",
     "model_speedup": "num", "measured_over_model": "num", "component_costs": "obj",  # schema 4: cost model
     "vs_baseline_rounds": "nums", "vs_baseline": "num", "baseline": "id",  # schema 5: against dflash, same width
+    "compared_rounds": "int",  # len(vs_baseline_rounds): base rounds plus the ranking's comparison-only rounds
 }
 REFERENCE_FIELDS = {"reference": "str", "tokens_per_second": "num", "speedup": "num", "speedup_iqr": "num",
                     "speedup_rounds": "nums", "exact": "bool", "verdicts": "verdicts"}
@@ -256,7 +257,7 @@ def _pool_rows(rows: list[dict]) -> dict:
                              if any(k in r["verdicts"] for r in rows)})
         if all(r.get("vs_baseline_rounds") for r in rows):
             vs = [x for r in rows for x in r["vs_baseline_rounds"]]
-            out.update(vs_baseline_rounds=vs, vs_baseline=statistics.median(vs))
+            out.update(vs_baseline_rounds=vs, vs_baseline=statistics.median(vs), compared_rounds=len(vs))
         if all("normal_tokens_per_second" in r for r in rows):
             out["normal_tokens_per_second"] = statistics.median(r["normal_tokens_per_second"] for r in rows)
         if all("rounds" in r for r in rows):

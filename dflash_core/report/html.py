@@ -206,6 +206,7 @@ def _methods_table(doc: dict) -> str:
             f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td>"
             f"<td>{_f(100 * r.get('acceptance_rate_drafted', b['acceptance_rate']), 1)}%</td>"
             f"<td class=rounds>{_e(r.get('rounds', '–'))}"
+            f"{'' if r.get('compared_rounds') in (None, r.get('rounds')) else ' / ' + _e(r['compared_rounds'])}"
             f"{'' if not r.get('race') else ' <span class=muted>(' + _e(r['race'].get('stop')) + ')</span>'}</td>"
             f"{_activity_cells(m, b)}<td>{_f(r.get('guidance_work', 0), 0)}</td>"
             f"<td>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td><td>{ex}</td></tr>")
@@ -214,7 +215,7 @@ def _methods_table(doc: dict) -> str:
             "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th>"
             "<th>vs dflash at the ranking width, paired per round: median [95 % CI]</th><th>rank group</th>"
             "<th>cost-model speedup</th><th>measured / model</th><th>tok/call</th>"
-            "<th>accept (of verified)</th><th>accept (of drafted)</th><th>paired rounds (race stop)</th>"
+            "<th>accept (of verified)</th><th>accept (of drafted)</th><th>paired rounds: vs normal / vs dflash (race stop)</th>"
             "<th>rounds differ from dflash</th><th>positions differ</th><th>net accepted drafts vs dflash</th>"
             "<th>guidance</th><th>loop overhead</th>"
             "<th>exactness</th></tr>" + "".join(rows) + "</table>"

@@ -83,8 +83,11 @@ def race_line(rec: dict | None) -> str | None:
     raced = [k for k, c in cases.items() if c.get("extra_rounds")]
     extra = sum(c.get("extra_rounds", 0) for c in cases.values())
     left = rec.get("unresolved") or []
-    return (f"dflash race: {len(raced)} of {len(cases)} cases raced (leader {rec.get('leader')}); +{extra} paired "
-            f"rounds in {rec.get('spent_seconds', 0.0):.0f} s (cap {rec.get('cap_rounds')} rounds per case); "
+    top = rec.get("top_up") or {}
+    topped = (f"every case topped up to {top['rounds']} rounds against dflash in {top.get('seconds', 0.0):.0f} s; "
+              if top.get("rounds") else "")
+    return (f"dflash race: {topped}{len(raced)} of {len(cases)} cases raced (leader {rec.get('leader')}); +{extra} "
+            f"paired rounds in {rec.get('spent_seconds', 0.0):.0f} s (cap {rec.get('cap_rounds')} rounds per case); "
             + (f"still unresolved: {', '.join(left)}" if left else "the leader is resolved"))
 
 
