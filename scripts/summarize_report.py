@@ -24,7 +24,7 @@ def main(path: str) -> None:
     print(f"A/A spread {f(noise.get('spread'), 3)} (threshold {noise.get('threshold')}, noisy: {noise.get('noisy')}); "
           f"leader {(d.get('leader') or {}).get('method')}, winner {(d.get('winner') or {}).get('method')}\n")
     print("| # | method | width (choice) | paired speedup, median [95 % CI] | group | cost-model | measured/model | "
-          "tok/target call | accept verified / drafted | rounds (race) | activity: rounds / positions differ, net |")
+          "tok/target call | accept verified / drafted | rounds vs normal / vs dflash (race) | activity: rounds / positions differ, net |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mid, m in sorted(d["methods"].items(), key=lambda kv: kv[1].get("index") or 0):
         b = m["best"]
@@ -42,7 +42,7 @@ def main(path: str) -> None:
               f"{f(b.get('model_speedup'))}× | {f(b.get('measured_over_model'))}"
               f"{' (!)' if b.get('unexplained_overhead') else ''} | {f(b['tokens_per_target_call'])} | "
               f"{f(100 * b['acceptance_rate'], 1)}% / {f(100 * drafted, 1)}% | "
-              f"{r.get('rounds')} ({race.get('stop', '–')}) | {act} |")
+              f"{r.get('rounds')} / {r.get('compared_rounds', r.get('rounds'))} ({race.get('stop', '–')}) | {act} |")
     widths = sorted({int(w) for m in d["methods"].values() for w in m["rows"] if int(w) > 0})
     print("\n| method | " + " | ".join(f"w={w}: speedup / τ / accept" for w in widths) + " |")
     print("|---|" + "---|" * len(widths))
