@@ -399,6 +399,29 @@ def test_inactive_methods_are_labelled_in_the_table_and_the_chart():
     assert chart.count("(inactive here)") == 2  # V14's label and its tooltip, no other method's
 
 
+def test_rounds_cell_shows_rounds_against_normal_and_against_dflash():
+    """At the ranking width the top-up and racing add comparison-only rounds: the table shows both counts."""
+    saved = _activity_run()
+    act = next(b for b in saved["benchmarks"] if b["extra_info"]["method"] == "act")
+    act["extra_info"].update(rounds=3, speedup_rounds=[1.2] * 3, compared_rounds=9, vs_baseline_rounds=[1.0] * 9)
+    page = render_report(build_report([saved], ["run"]))
+    table = page.split("id=methods-table", 1)[1].split("</table>", 1)[0]
+    act_row = next(r for r in table.split("<tr") if " act</td>" in r)
+    assert "3 / 9 <span class=muted>(cap)" in act_row
+    mobs_row = next(r for r in table.split("<tr") if "mobs</td>" in r and "parareal" not in r)
+    assert " / " not in mobs_row.split("class=rounds>", 1)[1].split("</td>", 1)[0]  # no comparison-only rounds
+
+
+def test_race_line_reports_the_top_up():
+    from dflash_core.report.plugin import race_line
+
+    rec = {"cases": {"a-w2": {"rounds": 9, "extra_rounds": 3, "stop": "cap"}}, "leader": "a-w2", "cap_rounds": 9,
+           "spent_seconds": 4.0, "unresolved": [], "top_up": {"rounds": 6, "passes": 3, "seconds": 12.0}}
+    line = race_line(rec)
+    assert line.startswith("dflash race: every case topped up to 6 rounds against dflash in 12 s; 1 of 1 cases raced")
+    assert "+3 paired rounds" in line and "topped up" not in race_line({**rec, "top_up": None})
+
+
 @pytest.mark.parametrize("field, value", [
     ("activity", {"rounds": 1, "status": "active"}),  # counts missing
     ("activity", {**_activity("active"), "status": "sometimes"}),
