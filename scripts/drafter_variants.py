@@ -1,5 +1,5 @@
-"""Issue 16 item 2: train drafter variants (block 8, 2 layers at block 8, block 16) on one set of teacher data and compare
-held-out accuracy per second of drafting. Writes a JSON and prints a markdown table.
+"""Issue 16 item 2: train drafter variants (block 8, 2 layers at block 8, block 16) on one set of teacher data
+and compare held-out accuracy per second of drafting. Writes a JSON and prints a markdown table.
 
     python scripts/drafter_variants.py --out docs/drafter-variants.json [--steps N] [--threads 1]
 

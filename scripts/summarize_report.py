@@ -24,7 +24,8 @@ def main(path: str) -> None:
     print(f"A/A spread {f(noise.get('spread'), 3)} (threshold {noise.get('threshold')}, noisy: {noise.get('noisy')}); "
           f"leader {(d.get('leader') or {}).get('method')}, winner {(d.get('winner') or {}).get('method')}\n")
     print("| # | method | width (choice) | paired speedup, median [95 % CI] | group | cost-model | measured/model | "
-          "tok/target call | accept verified / drafted | rounds vs normal / vs dflash (race) | activity: rounds / positions differ, net |")
+          "tok/target call | accept verified / drafted | rounds vs normal / vs dflash (race) | "
+          "activity: rounds / positions differ, net |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mid, m in sorted(d["methods"].items(), key=lambda kv: kv[1].get("index") or 0):
         b = m["best"]
