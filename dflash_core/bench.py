@@ -417,7 +417,7 @@ class PairedRounds:
         return {"tokens_per_second": float(tps), "tokens_per_second_iqr": float(tps_iqr),
                 "normal_tokens_per_second": float(median_iqr([tokens / w for w in self.normal_walls if w > 0])[0]),
                 "speedup": float(sp), "speedup_iqr": float(sp_iqr), "speedup_rounds": [float(r) for r in ratios],
-                "rounds": len(self.walls)}
+                "rounds": len(ratios)}  # the rounds paired with normal (a case's later rounds may have no normal leg)
 
 
 BASELINE = "dflash"  # every speculative round also times plain dflash at its width, seconds before the method
@@ -474,7 +474,6 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
     # normal rounds are a prefix of the method's (the comparison-only rounds come after every base round):
     # the speedup over greedy pairs that prefix, tokens/s uses every round
     figs = PairedRounds(normal_walls, method_walls, []).figures(first.new_tokens)
-    figs["rounds"] = len(figs["speedup_rounds"])
     drafted = int(first.meta.get("drafted", first.proposed))  # trimming methods (ACT, DSpark) draft more
     vs = comparison_rounds(baseline_walls or [], method_walls)
     compared = {"vs_baseline_rounds": [float(x) for x in vs], "vs_baseline": float(median_iqr(vs)[0]),
