@@ -73,7 +73,7 @@ def run(args: argparse.Namespace, base: PrepareConfig | None = None) -> dict:
 
     base = base or PrepareConfig()
     rt = load_local_target(args.target, args.home)
-    variants = V.default_variants(base)
+    variants = V.default_variants()
     cfgs = [V.variant_config(base, v, args.steps) for v in variants]
     if args.trajectories:
         t0 = time.perf_counter()

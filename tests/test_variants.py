@@ -67,7 +67,7 @@ def test_expected_accepted_formulas():
 def test_different_splits_are_refused():
     base = PrepareConfig()
     trajs = [[5] * 15] * 10 + [[6] * 30] * 30  # 15 tokens: kept at block 8, dropped at block 16
-    cfgs = [V.variant_config(base, v) for v in V.default_variants(base)]
+    cfgs = [V.variant_config(base, v) for v in V.default_variants()]
     with pytest.raises(BadInputError, match="different held-out"):
         V.check_same_split(trajs, cfgs)
 
@@ -78,4 +78,4 @@ def test_bad_trajectories_and_steps_are_refused(tmp_path):
     with pytest.raises(BadInputError, match="vocabulary"):
         V.load_trajectories(bad, 96)
     with pytest.raises(BadInputError, match="--steps"):
-        V.variant_config(PrepareConfig(), V.default_variants(PrepareConfig())[0], 0)
+        V.variant_config(PrepareConfig(), V.default_variants()[0], 0)
