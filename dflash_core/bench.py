@@ -667,6 +667,21 @@ def case_keys(sess: BenchSession, *, with_normal: bool) -> list[str]:
             if (with_normal or c.method != "normal") and all(v != "diverged" for v in c.kinds)]
 
 
+def seeded_passes(pending, seed: int, step) -> int:
+    """Round-robin passes: while `pending(passes done)` names cases, run `step(case)` once for each, in an order
+    shuffled per pass by a generator seeded with `seed`. Returns the number of passes."""
+    import random
+
+    rng = random.Random(seed)
+    done = 0
+    while order := list(pending(done)):
+        rng.shuffle(order)
+        for k in order:
+            step(k)
+        done += 1
+    return done
+
+
 def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
     """The base rounds after each case's first, in `passes` round-robin passes over every exact case (normal
     included), each pass in its own seeded order.
@@ -676,18 +691,11 @@ def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
     to 1-2 %. Back-to-back rounds gave tight intervals that missed that drift, so two runs disagreed beyond
     their intervals; spread over the session, every case samples the same drift and its interval shows it.
     `step(sess, key)` runs one paired round of a case (default `race_round`)."""
-    import random
-
     step = step or race_round
     keys = case_keys(sess, with_normal=True)
-    rng = random.Random(seed)
     t0 = time.perf_counter()
     passes = max(0, passes)
-    for _ in range(passes):
-        order = list(keys)
-        rng.shuffle(order)
-        for k in order:
-            step(sess, k)
+    seeded_passes(lambda done: list(keys) if done < passes else [], seed, lambda k: step(sess, k))
     rec = {"schedule": "round-robin", "passes": passes, "cases": len(keys),
            "seconds": time.perf_counter() - t0}
     sess.passes = rec
@@ -715,24 +723,17 @@ RANK_MIN_FACTOR = 2
 
 def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=None) -> dict:
     """Comparison-only rounds (`compare_round`) until each of `keys` has `rounds` ratios against dflash, in
-    round-robin passes in a seeded order per pass (as `run_passes`, for the same reason: every case samples the
-    machine's drift). Returns the record: `rounds`, `passes`, `added` per case, `seconds`."""
-    import random
-
+    round-robin passes in a seeded order per pass (`seeded_passes`, as `run_passes`, for the same reason: every
+    case samples the machine's drift). Returns the record: `rounds`, `passes`, `added` per case, `seconds`."""
     step = step or compare_round
-    rng = random.Random(seed)
     t0 = time.perf_counter()
     added = {k: 0 for k in keys}
-    passes = 0
-    while True:
-        short = [k for k in keys if len(sess.case_rounds[k].compared()) < rounds]
-        if not short:
-            break
-        rng.shuffle(short)
-        for k in short:
-            step(sess, k)
-            added[k] += 1
-        passes += 1
+
+    def one(k: str) -> None:
+        step(sess, k)
+        added[k] += 1
+
+    passes = seeded_passes(lambda _: [k for k in keys if len(sess.case_rounds[k].compared()) < rounds], seed, one)
     return {"rounds": rounds, "passes": passes, "added": added, "seconds": time.perf_counter() - t0}
 
 
