@@ -12,7 +12,7 @@ import pytest
 
 SESSION_KEY = "dflash_bench_session"
 _TABLE_OPTIONS = ("tokens", "prompt_limit", "rounds", "threads", "calibration_tokens", "calibration_prompt_limit",
-                  "widths", "seed", "noise_threshold", "race_max", "drafter")
+                  "widths", "seed", "noise_threshold", "resolution", "race_max", "drafter")
 
 
 def pytest_addoption(parser):

@@ -33,8 +33,8 @@ def test_rounds(bench):
 
 
 def test_race(bench):
-    """Racing, after every decode case (it is collected right after them): the cases whose 95 % interval overlaps
-    the leader's get extra paired rounds (dflash_core.racing), written into their own pytest-benchmark records.
+    """Racing, after every decode case (it is collected right after them): the cases in the leader's rank group
+    get extra paired rounds (dflash_core.racing), written into their own pytest-benchmark records.
     Not a benchmark itself: it adds rounds to the cases and leaves no row of its own."""
     from dflash_core.bench import run_race
 

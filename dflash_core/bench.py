@@ -44,6 +44,7 @@ class BenchConfig:
     threads: int = _default("threads")
     seed: int = _default("seed")
     noise_threshold: float = _default("noise_threshold")
+    resolution: float = _default("resolution")  # rank groups' resolution (report.stats.rank_groups)
     race_max: int = _default("race_max")  # racing cap, a multiple of `rounds` (dflash_core.racing)
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     smoke: bool = False
@@ -715,10 +716,12 @@ def leading_width(cases: dict) -> int | None:
 # round-robin passes included): half keeps the README main command under 20 min on 2 cores with prepare.
 RACE_BUDGET_FRACTION = 0.5
 # Before racing, every case at the leading width is topped up to this many x the base rounds of the ranking
-# statistic (comparison-only rounds, round-robin). Why: a case "separated" after 3 rounds had a bootstrap
-# interval of about its min-max (~75 % coverage at n = 3), so two quiet runs put methods 1-3 % apart on either
-# side of a group edge; 6 rounds give the percentile interval ~97 % coverage of the median.
-RANK_MIN_FACTOR = 2
+# statistic (comparison-only rounds, round-robin). Why 4 (12 rounds by default): a case "separated" after 3 rounds
+# had a bootstrap interval of about its min-max, and at 6 one outlier round still set an interval's edge, so two
+# quiet runs put methods on either side of a group edge; replaying the three session-6 runs' rounds, groups of
+# 12-round cases agreed between two simulated runs ~75 % of the time against ~25 % at 6 (docs/performance.md §11).
+# A comparison round costs ~1 s on 2 cores, so 15 cases x 6 more rounds is ~90 s of the 20-minute budget.
+RANK_MIN_FACTOR = 4
 
 
 def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=None) -> dict:
@@ -758,7 +761,7 @@ def run_race(sess: BenchSession, clock=time.perf_counter) -> dict:
     def step(k: str) -> float:
         return compare_round(sess, k)
 
-    rec = race(rounds, step, sess.cfg.rounds, sess.cfg.race_max, budget, clock)
+    rec = race(rounds, step, sess.cfg.rounds, sess.cfg.race_max, budget, clock, resolution=sess.cfg.resolution)
     rec["width"] = width
     rec["statistic"] = "vs_baseline"
     rec["top_up"] = {k: v for k, v in topped.items() if k != "added"}

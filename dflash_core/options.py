@@ -139,9 +139,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.05, "A/A noise gate: when normal-vs-normal paired rounds "
            "differ from 1 by more than this fraction, bench warns and the report shows a noise banner",
            type=_fraction, pytest="--bench-noise-threshold"),
-    Option("race_max", "DFLASH_RACE_MAX", 3, "racing cap: after the base rounds, cases whose speedup interval "
-           "overlaps the leader's get extra paired rounds, up to this many times --bench-rounds in total and at most "
-           "half the base matrix's own time (1: no racing)", type=int, minimum=1, pytest="--bench-race-max"),
+    Option("resolution", "DFLASH_RESOLUTION", 0.03, "rank groups: methods whose medians differ by less than this "
+           "fraction share a group even when their intervals separate them (differences the lab does not claim "
+           "to reproduce; 0: intervals alone)", type=_fraction, pytest="--bench-resolution"),
+    Option("race_max", "DFLASH_RACE_MAX", 5, "racing cap: at the ranking width, methods in the leader's rank group "
+           "get extra rounds against dflash, up to this many times --bench-rounds in total and at most half the base "
+           "matrix's own time (1: no racing)", type=int, minimum=1, pytest="--bench-race-max"),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),
@@ -154,7 +157,8 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 # BenchConfig fields whose value comes from this table (env, then the pytest option).
 BENCH_FIELDS = ("target", "device", "dtype", "kernels", "threads", "tokens", "rounds", "prompt_limit",
-                "calibration_tokens", "calibration_prompt_limit", "seed", "noise_threshold", "race_max", "drafter")
+                "calibration_tokens", "calibration_prompt_limit", "seed", "noise_threshold", "resolution", "race_max",
+                "drafter")
 
 
 def option(name: str) -> Option:

@@ -1,4 +1,4 @@
-"""Racing (issue 14 item 2): extra paired rounds only while a case's interval overlaps the leader's, driven by an
+"""Racing (issue 14 item 2): extra paired rounds only while a case is in the leader's rank group, driven by an
 injected timing model (each case's true speedup plus seeded noise of a known size) and a fake clock."""
 
 from __future__ import annotations
@@ -108,6 +108,16 @@ def test_contenders_include_the_leader_only_when_someone_overlaps_it():
     assert lead == "a" and near == ["a", "b"]
 
 
+def test_contenders_are_the_leaders_rank_group_with_the_runs_resolution():
+    """The race follows the report's groups: b is 0.7 % below a with disjoint intervals (a contender only
+    under a 3 % resolution); c overlaps b but not a (chained into the group); d is clear of everything."""
+    rounds = {"a": [1.500, 1.502], "b": [1.490, 1.492], "c": [1.47, 1.491], "d": [1.0, 1.01]}
+    assert contenders({k: rounds[k] for k in "abd"}) == ("a", [])
+    assert contenders({k: rounds[k] for k in "abd"}, 0.03) == ("a", ["a", "b"])
+    assert contenders(rounds, 0.0) == ("a", [])  # c overlaps b, but b is resolved from a and a from c
+    assert contenders(rounds, 0.01) == ("a", ["a", "b", "c"])  # b joins a by the resolution, c joins b by overlap
+
+
 def test_bad_race_settings_are_refused():
     with pytest.raises(ValueError, match="max_factor"):
         race({"a": [1.0]}, lambda k: 1.0, base_rounds=1, max_factor=0)
@@ -163,22 +173,23 @@ def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
     monkeypatch.setattr(bench, "compare_round", fake_compare)
     monkeypatch.setattr(bench, "race_round", lambda *a: pytest.fail("racing must not time a normal leg"))
     sess = SimpleNamespace(case_rounds={k: c for k, (c, _) in cases.items()}, matrix_started=-5.0, race=None,
-                           cfg=SimpleNamespace(rounds=3, race_max=3, seed=0))
+                           cfg=SimpleNamespace(rounds=3, race_max=5, seed=0, resolution=0.03))
     rec = bench.run_race(sess, clock=FakeClock(tick=0.1))
     assert set(rec["cases"]) == {"a-w2", "b-w2"} and sess.race is rec
     assert rec["width"] == 2 and rec["statistic"] == "vs_baseline"
-    assert rec["top_up"]["rounds"] == bench.RANK_MIN_FACTOR * 3 == 6 and rec["top_up"]["passes"] == 3
-    assert sorted(calls[:6]) == ["a-w2"] * 3 + ["b-w2"] * 3  # the top-up, round-robin, before any race round
+    assert rec["top_up"]["rounds"] == bench.RANK_MIN_FACTOR * 3 == 12 and rec["top_up"]["passes"] == 9
+    assert sorted(calls[:18]) == ["a-w2"] * 9 + ["b-w2"] * 9  # the top-up, round-robin, before any race round
+    assert rec["resolution"] == 0.03  # the session's resolution reached the race (the report's own rule)
     # the clock's first read (0.1) minus the matrix start (-5), times the budget fraction
     assert rec["budget_seconds"] == pytest.approx(5.1 * bench.RACE_BUDGET_FRACTION)
     assert {k: (c["extra_rounds"], c["stop"]) for k, c in rec["cases"].items()} == {"a-w2": (3, CAP), "b-w2": (3, CAP)}
     assert cases["normal-w0"][1] == [] and cases["bad-w2"][1] == [] and cases["a-w1"][1] == []
     for k in ("a-w2", "b-w2"):
         last = cases[k][1][-1]
-        assert last[0] is None and last[1]["race"] == {**rec["cases"][k], "top_up_rounds": 3}
+        assert last[0] is None and last[1]["race"] == {**rec["cases"][k], "top_up_rounds": 9}
         c = sess.case_rounds[k]
         vs = c.compared()  # the model's ratios against dflash: 1 + (0, -0.04, 0.04) cycling
-        assert len(vs) == 9 and sorted({round(x, 6) for x in vs[3:]}) == [0.96, 1.0, 1.04]
+        assert len(vs) == 15 and sorted({round(x, 6) for x in vs[3:]}) == [0.96, 1.0, 1.04]
         assert len(c.speedups()) == 3 and len(c.normal_walls) == 3
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from dflash_core.report.build import build_report
@@ -30,11 +31,40 @@ def test_ci_widens_with_the_noise_and_is_a_point_for_one_round():
     assert bootstrap_ci([1.3]) == (1.3, 1.3)
 
 
-def test_rank_groups_join_only_cases_overlapping_the_leader():
+def test_a_chain_of_unresolved_neighbours_is_one_group():
     cases = {"a": (2.0, (1.9, 2.1)), "b": (1.95, (1.85, 2.05)), "c": (1.8, (1.7, 1.88)), "d": (1.0, (0.9, 1.1))}
-    # c overlaps b but not the leader a: it leads the next group rather than joining a's
-    assert rank_groups(cases) == [["a", "b"], ["c"], ["d"]]
+    # c overlaps b but not a: no clean gap between a and c, so one group (a boundary needs every case above it
+    # resolved from every case below it); d is clear of all three
+    assert rank_groups(cases) == [["a", "b", "c"], ["d"]]
     assert rank_groups({}) == []
+
+
+def test_the_resolution_joins_separated_cases_closer_than_it_and_only_those():
+    tight = {"a": (1.04, (1.039, 1.041)), "b": (1.03, (1.029, 1.031)), "c": (0.99, (0.989, 0.991))}
+    assert rank_groups(tight) == [["a"], ["b"], ["c"]]  # intervals alone separate all three
+    # a is 0.97 % above b, b is 4.0 % above c: a 3 % resolution joins a and b and keeps c apart
+    assert rank_groups(tight, 0.03) == [["a", "b"], ["c"]]
+    assert rank_groups(tight, 0.05) == [["a", "b", "c"]]
+    with pytest.raises(ValueError, match="resolution"):
+        rank_groups(tight, -0.01)
+
+
+def _continuum_run(seed: int) -> dict:
+    """Two clear leaders 9-10 % above a continuum of eight methods 0.5 % apart, and a clear last, each with 12
+    rounds of 1 % noise: the shape of the lab's 2-core CPU runs (docs/performance.md §11)."""
+    truth = {"top1": 1.10, "top2": 1.09, **{f"mid{i}": 1.00 - 0.005 * i for i in range(8)}, "last": 0.90}
+    rounds = {k: known_rounds(v, 0.01, n=12, seed=seed * 100 + i) for i, (k, v) in enumerate(truth.items())}
+    return {k: (float(np.median(v)), bootstrap_ci(v)) for k, v in rounds.items()}
+
+
+def test_a_continuum_is_never_cut_so_two_noisy_runs_give_the_same_groups():
+    want = [["top1", "top2"], sorted(f"mid{i}" for i in range(8)), ["last"]]
+    for seed in (1, 2, 3):
+        got = rank_groups(_continuum_run(seed), 0.03)
+        assert [sorted(g) for g in got] == want, seed
+    # without the resolution the run's intervals cut the continuum, and not at the same method in every run
+    cuts = {tuple(len(g) for g in rank_groups(_continuum_run(seed))) for seed in (1, 2, 3)}
+    assert len(cuts) > 1
 
 
 def _run(rounds_by_method: dict[str, list[float]], noise=None) -> dict:
@@ -132,7 +162,7 @@ def test_groups_compare_each_method_with_dflash_in_the_same_rounds():
         row["extra_info"].update(vs_baseline_rounds=q, vs_baseline=sorted(q)[4], baseline="dflash")
         rows.append(row)
     doc = build_report([saved_run(rows)], ["r"])
-    assert doc["ranking"] == {"statistic": "vs_baseline", "width": 2, "baseline": "dflash"}
+    assert doc["ranking"] == {"statistic": "vs_baseline", "width": 2, "baseline": "dflash", "resolution": 0.03}
     assert sorted(doc["rank_groups"][0]) == ["act", "dflash"] and doc["rank_groups"][1:] == [["mobs"]]
     assert doc["methods"]["mobs"]["best"]["vs_baseline_ci"][1] < 0.95
     # the same rounds without the comparison leg: ranked by speedup over greedy, the bimodal intervals overlap

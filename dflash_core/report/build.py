@@ -19,7 +19,7 @@ from typing import Any
 from ..costmodel import unexplained_overhead
 from ..errors import DFlashError
 from .goals import goals
-from .stats import aa_noise, bootstrap_ci, rank_groups
+from .stats import RESOLUTION, aa_noise, bootstrap_ci, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 5
@@ -293,6 +293,12 @@ def ranked_cases(methods: dict) -> dict:
             "cases": {mid: (m["best"]["speedup"], tuple(m["best"]["speedup_ci"])) for mid, m in speculative.items()}}
 
 
+def _resolution(lab: dict) -> float:
+    """The run's --bench-resolution; saved runs that predate the option get today's default."""
+    v = (lab.get("settings") or {}).get("resolution") if isinstance(lab.get("settings"), dict) else None
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else RESOLUTION
+
+
 # --- the canonical document ----------------------------------------------------------------------------
 
 def _runs(docs: list[dict], sources: list[str]) -> list[dict]:
@@ -425,7 +431,8 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
                                  for w in curves[0]["ratio"]},
                        "t_decode_seconds": statistics.median(c["t_decode_seconds"] for c in curves)}
     ranking = ranked_cases(methods)
-    groups = rank_groups(ranking["cases"])
+    ranking["resolution"] = _resolution(lab)
+    groups = rank_groups(ranking["cases"], ranking["resolution"])
     for i, group in enumerate(groups, 1):
         for mid in group:
             methods[mid]["best"]["rank_group"] = i
@@ -454,7 +461,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},
-        "rank_groups": groups, "ranking": {k: ranking[k] for k in ("statistic", "width", "baseline")},
+        "rank_groups": groups, "ranking": {k: ranking[k] for k in ("statistic", "width", "baseline", "resolution")},
         "leader": leader, "winner": winner, "noise": noise,
         "race": lab.get("race") if isinstance(lab.get("race"), dict) else None,
         "cost_model": section("cost_model") or None,

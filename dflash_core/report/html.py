@@ -130,6 +130,16 @@ def _ranking_note(doc: dict) -> str:
     return "Ranked by each method's best speedup over greedy (this run has no per-round dflash comparison)."
 
 
+def _group_rule(doc: dict) -> str:
+    """How the rank groups were formed (benchmark.json `ranking.resolution`)."""
+    res = (doc.get("ranking") or {}).get("resolution")
+    rule = ("methods are sorted by median; two share a group when their 95 % intervals overlap"
+            + (f" or their medians differ by less than {_pct(res)} (the resolution, --bench-resolution)" if res else "")
+            + ", and groups are the chains that links form, so a boundary needs a clean gap between every method above "
+            "it and every method below it.")
+    return rule[0].upper() + rule[1:]
+
+
 def noise_banner(doc: dict) -> str:
     """The banner shown when the A/A gate measured more noise than its threshold, else ''."""
     n = doc.get("noise") or {}
@@ -220,10 +230,9 @@ def _methods_table(doc: dict) -> str:
             "<th>guidance</th><th>loop overhead</th>"
             "<th>exactness</th></tr>" + "".join(rows) + "</table>"
             f"<p class=muted>{_ranking_note(doc)} "
-            "rank group: the leader (highest median) and every method whose 95 % interval overlaps "
-            "the leader's form group G1, and so on for the rest; methods of one group are not told apart by this run, "
-            "so a single winner is named only when G1 has one member. Racing gave the cases whose interval overlapped "
-            "the leader's extra paired rounds (stop: separated, cap or budget). The cost-model speedup is deterministic: "
+            f"rank group: {_e(_group_rule(doc))} Methods of one group are not told apart by this run, so a single "
+            "winner is named only when G1 has one member. Racing gave the other members of the leader's group extra "
+            "paired rounds (stop: separated, cap or budget). The cost-model speedup is deterministic: "
             "the case's own rounds priced with component costs timed in isolation (target verify per width, drafter "
             "and selection per block); on a quiet machine (A/A spread < 2 %) a measured/model ratio outside "
             "[0.9, 1.1] is flagged as unexplained overhead. Activity: at each round of an untimed "
@@ -275,7 +284,7 @@ def _speedup_chart(doc: dict) -> str:
     return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
             f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
             '<p class=muted>bar: median paired speedup at the width shown; whisker: its 95 % bootstrap confidence '
-            'interval; G<i>n</i>: rank group (overlapping intervals share one); inactive here: the draft never differed from '
+            'interval; G<i>n</i>: rank group (see the methods table\'s note); inactive here: the draft never differed from '
             'dflash\'s; dashed: 1× (normal)</p>')
 
 

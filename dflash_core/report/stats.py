@@ -15,6 +15,10 @@ import numpy as np
 CONFIDENCE = 0.95
 RESAMPLES = 4000
 SEED = 0
+# Differences under 3 % are not ranked (rank_groups' `resolution`, --bench-resolution): on the lab's 2-core CPU the
+# same case's median moved by up to 1.7 % between quiet runs (docs/performance.md §11), so a smaller gap between
+# two methods is not reproducible. pyperf's --min-speed and criterion's noise_threshold are the same idea.
+RESOLUTION = 0.03
 
 
 def bootstrap_ci(xs: Sequence[float], confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
@@ -40,20 +44,32 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def rank_groups(cases: Mapping[str, tuple[float, tuple[float, float]]]) -> list[list[str]]:
+def rank_groups(cases: Mapping[str, tuple[float, tuple[float, float]]], resolution: float = 0.0) -> list[list[str]]:
     """Groups of cases the run cannot tell apart, best first.
 
-    `cases`: id -> (point estimate, (lo, hi)). The best remaining case (highest point estimate) leads a group
-    that holds every remaining case whose interval overlaps the leader's; repeat on the rest. Within a group
-    cases are in descending point estimate (ties by id).
+    `cases`: id -> (point estimate, (lo, hi)), estimates > 0. Two cases are joined when their intervals overlap
+    or their estimates differ by less than `resolution` (a fraction of the lower one: a difference the lab does
+    not claim to resolve even when the intervals separate it). Groups are the connected components of that
+    relation, so a chain of unresolved neighbours is one group: a boundary needs a clean gap between everything
+    above it and everything below. Why not "the cases overlapping the leader, then repeat on the rest": on a
+    continuum of methods 0.5 % apart that rule cuts wherever the leader's interval happens to end, so two runs
+    of the same code cut at different methods. Components are contiguous in estimate order (an interval holds
+    its estimate), so one pass over the sorted cases finds them. Within a group: descending estimate, ties by id.
     """
-    left = sorted(cases, key=lambda k: (-cases[k][0], k))
+    if resolution < 0:
+        raise ValueError(f"resolution must be >= 0, got {resolution}")
+    order = sorted(cases, key=lambda k: (-cases[k][0], k))
     groups: list[list[str]] = []
-    while left:
-        lead = left[0]
-        group = [k for k in left if overlaps(cases[k][1], cases[lead][1])]
-        groups.append(group)
-        left = [k for k in left if k not in group]
+    lowest = prev = None  # the lowest lower bound of every case so far, and the previous case's estimate
+    for k in order:
+        est, (lo, hi) = cases[k]
+        joined = groups and (hi >= lowest or prev - est < resolution * est)
+        if joined:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+        lowest = lo if lowest is None else min(lowest, lo)
+        prev = est
     return groups
 
 
