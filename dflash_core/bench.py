@@ -704,12 +704,13 @@ def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
 
 
 def leading_width(cases: dict) -> int | None:
-    """The width of the case with the highest median speedup over greedy (ties: the smaller width): where the
+    """The width of the case with the highest median speedup over greedy (`report.stats.leading_width`): where the
     ranking is decided, since every method is compared there against plain dflash at that width."""
     import statistics
 
-    live = [(statistics.median(c.speedups()), -c.width, c.width) for c in cases.values() if c.speedups()]
-    return max(live)[2] if live else None
+    from .report.stats import leading_width as lead
+
+    return lead((statistics.median(c.speedups()), c.width) for c in cases.values() if c.speedups())
 
 
 # Racing's time budget as a fraction of the base matrix's own time (its first case until the race starts, the

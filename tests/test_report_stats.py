@@ -11,7 +11,7 @@ import pytest
 from dflash_core.report.build import build_report
 from dflash_core.report.html import render_index, render_report
 from dflash_core.report.plugin import noise_warning
-from dflash_core.report.stats import aa_noise, bootstrap_ci, rank_groups
+from dflash_core.report.stats import aa_noise, bootstrap_ci, leading_width, rank_groups
 
 from .report_data import bench_row, known_rounds, saved_run, with_noise
 
@@ -47,6 +47,12 @@ def test_the_resolution_joins_separated_cases_closer_than_it_and_only_those():
     assert rank_groups(tight, 0.05) == [["a", "b", "c"]]
     with pytest.raises(ValueError, match="resolution"):
         rank_groups(tight, -0.01)
+
+
+def test_the_leading_width_is_the_highest_speedup_ties_to_the_smaller_width():
+    assert leading_width([(2.1, 4), (2.3, 8), (2.2, 2)]) == 8
+    assert leading_width([(2.3, 8), (2.3, 4), (1.0, 2)]) == 4
+    assert leading_width(x for x in []) is None
 
 
 def _continuum_run(seed: int) -> dict:

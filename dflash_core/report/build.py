@@ -19,7 +19,7 @@ from typing import Any
 from ..costmodel import unexplained_overhead
 from ..errors import DFlashError
 from .goals import goals
-from .stats import RESOLUTION, aa_noise, bootstrap_ci, rank_groups
+from .stats import RESOLUTION, aa_noise, bootstrap_ci, leading_width, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 5
@@ -279,8 +279,9 @@ def ranked_cases(methods: dict) -> dict:
     width of the highest median speedup over greedy), each with a 95 % bootstrap CI of its median. Runs without
     those rounds (older saved runs) rank by each method's best speedup over greedy and its CI, as schema 4 did."""
     speculative = {mid: m for mid, m in methods.items() if mid != "normal"}
-    best = [(m["best"]["speedup"], -int(m["best"]["width"]), int(m["best"]["width"])) for m in speculative.values()]
-    width = max(best)[2] if best else None
+    # every row, not each method's shown width: with --tune the shown width is the calibrated one, while the
+    # benchmark raced at the width of the highest speedup of any row
+    width = leading_width((r["speedup"], int(w)) for m in speculative.values() for w, r in m["rows"].items())
     at = {mid: m["rows"].get(str(width)) for mid, m in speculative.items()}
     if width is not None and at and all(r is not None and r.get("vs_baseline_rounds") for r in at.values()):
         cases = {mid: (float(statistics.median(r["vs_baseline_rounds"])), bootstrap_ci(r["vs_baseline_rounds"]))

@@ -8,7 +8,7 @@ from the same saved runs shows the same intervals.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -71,6 +71,14 @@ def rank_groups(cases: Mapping[str, tuple[float, tuple[float, float]]], resoluti
         lowest = lo if lowest is None else min(lowest, lo)
         prev = est
     return groups
+
+
+def leading_width(speedups: Iterable[tuple[float, int]]) -> int | None:
+    """The ranking width: the width of the highest median speedup over greedy among (speedup, width) pairs, ties
+    to the smaller width; None without pairs. One function for the benchmark (where racing runs) and the report
+    (where the groups are ranked), so the two can never rank at different widths."""
+    best = max(((float(s), -int(w)) for s, w in speedups), default=None)
+    return None if best is None else -best[1]
 
 
 def aa_noise(rounds: Sequence[float], threshold: float) -> dict:
