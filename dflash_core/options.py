@@ -139,6 +139,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.05, "A/A noise gate: when normal-vs-normal paired rounds "
            "differ from 1 by more than this fraction, bench warns and the report shows a noise banner",
            type=_fraction, pytest="--bench-noise-threshold"),
+    # 3 %: on the lab's 2-core CPU the same case's median moved by up to 1.7 % between quiet runs
+    # (docs/performance.md §11), so a smaller gap between two methods is not reproducible; pyperf's --min-speed and
+    # criterion's noise_threshold are the same idea.
     Option("resolution", "DFLASH_RESOLUTION", 0.03, "rank groups: methods whose medians differ by less than this "
            "fraction share a group even when their intervals separate them (differences the lab does not claim "
            "to reproduce; 0: intervals alone)", type=_fraction, pytest="--bench-resolution"),

@@ -18,12 +18,12 @@ from typing import Any
 
 from ..costmodel import unexplained_overhead
 from ..errors import DFlashError
+from ..options import option
 from .goals import goals
-from .stats import RESOLUTION, aa_noise, bootstrap_ci, leading_width, rank_groups
+from .stats import aa_noise, bootstrap_ci, leading_width, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 5
-DEFAULT_NOISE_THRESHOLD = 0.05  # options.py's noise_threshold default, for saved runs that predate the gate
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
 # else (a path such as "../../x") is refused rather than written outside the output folder.
@@ -295,9 +295,10 @@ def ranked_cases(methods: dict) -> dict:
 
 
 def _resolution(lab: dict) -> float:
-    """The run's --bench-resolution; saved runs that predate the option get today's default."""
+    """The run's --bench-resolution; saved runs that predate the option get today's default (the options table's)."""
     v = (lab.get("settings") or {}).get("resolution") if isinstance(lab.get("settings"), dict) else None
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else RESOLUTION
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+    return float(v) if ok else option("resolution").default
 
 
 # --- the canonical document ----------------------------------------------------------------------------
@@ -360,7 +361,7 @@ def _noise(docs: list[dict]) -> dict:
             rounds += xs
         if _is_num(n.get("threshold")):
             thresholds.append(float(n["threshold"]))
-    return aa_noise(rounds, thresholds[0] if thresholds else DEFAULT_NOISE_THRESHOLD)
+    return aa_noise(rounds, thresholds[0] if thresholds else option("noise_threshold").default)
 
 
 def method_activity(mid: str, rows: dict, why: Any) -> dict | None:

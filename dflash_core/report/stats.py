@@ -15,10 +15,6 @@ import numpy as np
 CONFIDENCE = 0.95
 RESAMPLES = 4000
 SEED = 0
-# Differences under 3 % are not ranked (rank_groups' `resolution`, --bench-resolution): on the lab's 2-core CPU the
-# same case's median moved by up to 1.7 % between quiet runs (docs/performance.md §11), so a smaller gap between
-# two methods is not reproducible. pyperf's --min-speed and criterion's noise_threshold are the same idea.
-RESOLUTION = 0.03
 
 
 def bootstrap_ci(xs: Sequence[float], confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
