@@ -166,7 +166,7 @@ def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_
     from dflash_core.costmodel import OBJECTIVE
 
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
-    assert doc["schema_version"] == 5
+    assert doc["schema_version"] == 6
     for mid, m in doc["methods"].items():
         for w, r in m["rows"].items():
             assert r["model_speedup"] > 0 and r["measured_over_model"] == r["speedup"] / r["model_speedup"], (mid, w)

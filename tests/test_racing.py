@@ -110,12 +110,14 @@ def test_contenders_include_the_leader_only_when_someone_overlaps_it():
 
 def test_contenders_are_the_leaders_rank_group_with_the_runs_resolution():
     """The race follows the report's groups: b is 0.7 % below a with disjoint intervals (a contender only
-    under a 3 % resolution); c overlaps b but not a (chained into the group); d is clear of everything."""
+    under a resolution above 0.7 %); c overlaps b but not a, 1.4 % below a (a contender only under a resolution
+    above 1.4 %: the group is the leader's, not a chain through b); d is clear of everything."""
     rounds = {"a": [1.500, 1.502], "b": [1.490, 1.492], "c": [1.47, 1.491], "d": [1.0, 1.01]}
     assert contenders({k: rounds[k] for k in "abd"}) == ("a", [])
     assert contenders({k: rounds[k] for k in "abd"}, 0.03) == ("a", ["a", "b"])
     assert contenders(rounds, 0.0) == ("a", [])  # c overlaps b, but b is resolved from a and a from c
-    assert contenders(rounds, 0.01) == ("a", ["a", "b", "c"])  # b joins a by the resolution, c joins b by overlap
+    assert contenders(rounds, 0.01) == ("a", ["a", "b"])  # b joins a by the resolution; c overlapping b does not
+    assert contenders(rounds, 0.02) == ("a", ["a", "b", "c"])
 
 
 def test_bad_race_settings_are_refused():

@@ -23,7 +23,9 @@ from .goals import goals
 from .stats import aa_noise, bootstrap_ci, leading_width, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
+# benchmark.json `ranking.rule`: G1 = the leader's group, G2 = the rest, unordered (report.stats.rank_groups)
+GROUP_RULE = "leader-group"
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
 # else (a path such as "../../x") is refused rather than written outside the output folder.
@@ -434,6 +436,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
                        "t_decode_seconds": statistics.median(c["t_decode_seconds"] for c in curves)}
     ranking = ranked_cases(methods)
     ranking["resolution"] = _resolution(lab)
+    ranking["rule"] = GROUP_RULE
     groups = rank_groups(ranking["cases"], ranking["resolution"])
     for i, group in enumerate(groups, 1):
         for mid in group:
@@ -463,7 +466,8 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},
-        "rank_groups": groups, "ranking": {k: ranking[k] for k in ("statistic", "width", "baseline", "resolution")},
+        "rank_groups": groups,
+        "ranking": {k: ranking[k] for k in ("statistic", "width", "baseline", "resolution", "rule")},
         "leader": leader, "winner": winner, "noise": noise,
         "race": lab.get("race") if isinstance(lab.get("race"), dict) else None,
         "cost_model": section("cost_model") or None,

@@ -133,11 +133,13 @@ def _ranking_note(doc: dict) -> str:
 def _group_rule(doc: dict) -> str:
     """How the rank groups were formed (benchmark.json `ranking.resolution`)."""
     res = (doc.get("ranking") or {}).get("resolution")
-    rule = ("methods are sorted by median; two share a group when their 95 % intervals overlap"
-            + (f" or their medians differ by less than {_pct(res)} (the resolution, --bench-resolution)" if res else "")
-            + ", and groups are the chains that links form, so a boundary needs a clean gap between every method above "
-            "it and every method below it.")
-    return rule[0].upper() + rule[1:]
+    rule = ("G1 is the leader's group: the method with the highest median and every method whose 95 % interval "
+            "overlaps the leader's" + (f" or whose median is less than {_pct(res)} below it (the resolution, "
+                                       "--bench-resolution)" if res else "")
+            + ". G2 holds every other method, each resolved below G1; the run does not order G2's methods against "
+            "each other (their sub-groups did not reproduce between quiet runs), so compare two of them by their "
+            "intervals.")
+    return rule
 
 
 def noise_banner(doc: dict) -> str:
@@ -230,8 +232,8 @@ def _methods_table(doc: dict) -> str:
             "<th>guidance</th><th>loop overhead</th>"
             "<th>exactness</th></tr>" + "".join(rows) + "</table>"
             f"<p class=muted>{_ranking_note(doc)} "
-            f"rank group: {_e(_group_rule(doc))} Methods of one group are not told apart by this run, so a single "
-            "winner is named only when G1 has one member. Racing gave the other members of the leader's group extra "
+            f"rank group: {_e(_group_rule(doc))} A single winner is named only when G1 has one "
+            "member. Racing gave the other members of the leader's group extra "
             "paired rounds (stop: separated, cap or budget). The cost-model speedup is deterministic: "
             "the case's own rounds priced with component costs timed in isolation (target verify per width, drafter "
             "and selection per block); on a quiet machine (A/A spread < 2 %) a measured/model ratio outside "

@@ -41,32 +41,29 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def rank_groups(cases: Mapping[str, tuple[float, tuple[float, float]]], resolution: float = 0.0) -> list[list[str]]:
-    """Groups of cases the run cannot tell apart, best first.
+    """The leader's rank group, then every other case: at most two groups, best first.
 
-    `cases`: id -> (point estimate, (lo, hi)), estimates > 0. Two cases are joined when their intervals overlap
-    or their estimates differ by less than `resolution` (a fraction of the lower one: a difference the lab does
-    not claim to resolve even when the intervals separate it). Groups are the connected components of that
-    relation, so a chain of unresolved neighbours is one group: a boundary needs a clean gap between everything
-    above it and everything below. Why not "the cases overlapping the leader, then repeat on the rest": on a
-    continuum of methods 0.5 % apart that rule cuts wherever the leader's interval happens to end, so two runs
-    of the same code cut at different methods. Components are contiguous in estimate order (an interval holds
-    its estimate), so one pass over the sorted cases finds them. Within a group: descending estimate, ties by id.
+    `cases`: id -> (point estimate, (lo, hi)), estimates > 0. Group 1 holds the leader (the highest estimate) and
+    every case the run cannot tell apart from it: its interval overlaps the leader's, or its estimate is less
+    than `resolution` (a fraction of its own estimate) below the leader's, a difference the lab does not claim to
+    resolve even when the intervals separate it. Group 2 holds every other case, each resolved below group 1;
+    group 2 is not ordered further. Why not partition the rest too (repeat on the rest, or chains of unresolved
+    neighbours): on the 2-core box the methods behind the leader's group sit on a continuum 0.5-1 % apart, and one
+    method (act) moves by 4 % with the machine's verify-cost state, so any cut through it fell at different
+    methods in two quiet runs (chains: the same groups in 20-45 % of simulated pairs of runs; this rule: 93-95 %;
+    docs/performance.md §12). Within a group: descending estimate, ties by id.
     """
     if resolution < 0:
         raise ValueError(f"resolution must be >= 0, got {resolution}")
     order = sorted(cases, key=lambda k: (-cases[k][0], k))
-    groups: list[list[str]] = []
-    lowest = prev = None  # the lowest lower bound of every case so far, and the previous case's estimate
-    for k in order:
-        est, (lo, hi) = cases[k]
-        joined = groups and (hi >= lowest or prev - est < resolution * est)
-        if joined:
-            groups[-1].append(k)
-        else:
-            groups.append([k])
-        lowest = lo if lowest is None else min(lowest, lo)
-        prev = est
-    return groups
+    if not order:
+        return []
+    top, top_ci = cases[order[0]]
+    first, rest = [order[0]], []
+    for k in order[1:]:
+        est, ci = cases[k]
+        (first if overlaps(ci, top_ci) or top - est < resolution * est else rest).append(k)
+    return [first, rest] if rest else [first]
 
 
 def leading_width(speedups: Iterable[tuple[float, int]]) -> int | None:
