@@ -140,11 +140,11 @@ def test_every_case_carries_its_activity_and_race_record(smoke_run):
             assert len(ex["vs_baseline_rounds"]) == ex["compared_rounds"] == b["stats"]["rounds"]
             assert ex["rounds"] == len(ex["speedup_rounds"]) == 1  # --smoke: 1 base round
             assert ("race" in ex) == (ex["width"] == lead), b["name"]  # only the leading width races
-            if "race" in ex:  # topped up to 4 x 1 comparison rounds, then raced to at most the cap (5)
+            if "race" in ex:  # topped up to 4 x 1 comparison rounds, then raced to at most the cap (8)
                 assert ex["race"]["rounds"] == ex["compared_rounds"] >= 4 and ex["race"]["top_up_rounds"] == 3
             else:
                 assert ex["compared_rounds"] == ex["rounds"]
-    assert doc["race"]["cap_rounds"] == 5 and set(doc["race"]["cases"]) == {
+    assert doc["race"]["cap_rounds"] == 8 and set(doc["race"]["cases"]) == {
         f"{m}-w{lead}" for m in speculative_ids()}
     assert doc["methods"]["normal"]["activity"]["status"] == "no draft"
     for mid in speculative_ids():

@@ -74,7 +74,7 @@ def test_noisy_runs_in_either_machine_state_give_the_same_groups():
     want = [["top1", "top2"], sorted(["act", "last", *(f"mid{i}" for i in range(8))])]
     for seed in (1, 2, 3):
         for act in (0.99, 1.04):
-            got = rank_groups(_continuum_run(seed, act), 0.03)
+            got = rank_groups(_continuum_run(seed, act), 0.02)  # the default --bench-resolution
             assert [sorted(g) for g in got] == want, (seed, act)
 
 
@@ -173,7 +173,7 @@ def test_groups_compare_each_method_with_dflash_in_the_same_rounds():
         row["extra_info"].update(vs_baseline_rounds=q, vs_baseline=sorted(q)[4], baseline="dflash")
         rows.append(row)
     doc = build_report([saved_run(rows)], ["r"])
-    assert doc["ranking"] == {"statistic": "vs_baseline", "width": 2, "baseline": "dflash", "resolution": 0.03,
+    assert doc["ranking"] == {"statistic": "vs_baseline", "width": 2, "baseline": "dflash", "resolution": 0.02,
                               "rule": "leader-group"}
     assert sorted(doc["rank_groups"][0]) == ["act", "dflash"] and doc["rank_groups"][1:] == [["mobs"]]
     assert doc["methods"]["mobs"]["best"]["vs_baseline_ci"][1] < 0.95
