@@ -133,13 +133,12 @@ def _ranking_note(doc: dict) -> str:
 def _group_rule(doc: dict) -> str:
     """How the rank groups were formed (benchmark.json `ranking.resolution`)."""
     res = (doc.get("ranking") or {}).get("resolution")
-    rule = ("G1 is the leader's group: the method with the highest median and every method whose 95 % interval "
+    return ("G1 is the leader's group: the method with the highest median and every method whose 95 % interval "
             "overlaps the leader's" + (f" or whose median is less than {_pct(res)} below it (the resolution, "
                                        "--bench-resolution)" if res else "")
             + ". G2 holds every other method, each resolved below G1; the run does not order G2's methods against "
             "each other (their sub-groups did not reproduce between quiet runs), so compare two of them by their "
             "intervals.")
-    return rule
 
 
 def noise_banner(doc: dict) -> str:

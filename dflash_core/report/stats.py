@@ -50,8 +50,9 @@ def rank_groups(cases: Mapping[str, tuple[float, tuple[float, float]]], resoluti
     group 2 is not ordered further. Why not partition the rest too (repeat on the rest, or chains of unresolved
     neighbours): on the 2-core box the methods behind the leader's group sit on a continuum 0.5-1 % apart, and one
     method (act) moves by 4 % with the machine's verify-cost state, so any cut through it fell at different
-    methods in two quiet runs (chains: the same groups in 20-45 % of simulated pairs of runs; this rule: 93-95 %;
-    docs/performance.md §12). Within a group: descending estimate, ties by id.
+    methods in two quiet runs (chains: the same groups in 20-35 % of simulated pairs of runs; this rule: 89-95 %,
+    98 % with the leader's group raced to 24 rounds; docs/performance.md §12). Within a group: descending
+    estimate, ties by id.
     """
     if resolution < 0:
         raise ValueError(f"resolution must be >= 0, got {resolution}")
