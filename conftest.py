@@ -63,7 +63,7 @@ def pytest_runtest_setup(item):
         return
     if _cuda_ok():
         return
-    from dflash_core.device import require_gpu
+    from dflash_core.runtime.device import require_gpu
 
     if require_gpu():
         pytest.fail("DFLASH_REQUIRE_GPU=1 but CUDA is not available on this machine: run on a GPU runner "

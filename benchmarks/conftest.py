@@ -31,7 +31,7 @@ def pytest_addoption(parser):
 
 
 def bench_config(config):
-    from dflash_core.bench import BenchConfig
+    from dflash_core.bench.config import BenchConfig
     from dflash_core.options import BENCH_FIELDS, option
 
     # Each pytest option's default already is its environment value (options.add_pytest_option).
@@ -62,7 +62,7 @@ def bench_widths(config) -> list[int]:
 
 
 def _open(config):
-    from dflash_core.bench import open_session
+    from dflash_core.bench.session import open_session
     from dflash_core.errors import DFlashError
 
     try:
@@ -84,7 +84,7 @@ def pytest_generate_tests(metafunc):
         assert method_ids()[0] == "normal"
         metafunc.parametrize("case", cases, ids=[f"{m}-{device}-w{w}" for m, w in cases])
     if "reference" in metafunc.fixturenames:
-        from dflash_core.bench import REFERENCES
+        from dflash_core.bench.peers import REFERENCES
 
         refs = list(REFERENCES) + [f"oracle-w{w}" for w in bench_widths(metafunc.config)]
         metafunc.parametrize("reference", refs, ids=[f"{r}-{device}" for r in refs])
@@ -107,7 +107,8 @@ def pytest_collection_modifyitems(session, config, items):
 def bench(request):
     """The shared BenchSession (target, artifacts, prompts, references, calibration), bracketed by the A/A
     noise gate: normal against normal right after opening and again at teardown (before the report is built)."""
-    from dflash_core.bench import measure_aa, open_session
+    from dflash_core.bench.rounds import measure_aa
+    from dflash_core.bench.session import open_session
 
     sess = request.config.stash.get(_early_key, None) or open_session(bench_config(request.config))
     widths = [w for w in bench_widths(request.config) if w > sess.block_size]

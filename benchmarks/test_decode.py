@@ -10,7 +10,7 @@ from __future__ import annotations
 
 
 def test_decode(benchmark, bench, case):
-    from dflash_core.bench import measure_pair
+    from dflash_core.bench.cases import measure_pair
 
     method, width = case
     benchmark.group = f"{bench.rt.device.type}-w{width}"
@@ -21,9 +21,9 @@ def test_decode(benchmark, bench, case):
 
 def test_rounds(bench):
     """The base rounds after each case's first (`--bench-rounds` in all), in round-robin passes over every exact
-    case in a seeded order per pass (dflash_core.bench.run_passes), so every case samples the machine's drift
+    case in a seeded order per pass (dflash_core.bench.schedule.run_passes), so every case samples the machine's drift
     over the whole session instead of one stretch of it. Adds rounds to the cases; no row of its own."""
-    from dflash_core.bench import run_passes
+    from dflash_core.bench.schedule import run_passes
 
     before = {k: len(c.walls) for k, c in bench.case_rounds.items()}
     rec = run_passes(bench, bench.cfg.rounds - 1, bench.cfg.seed)
@@ -34,16 +34,16 @@ def test_rounds(bench):
 
 def test_race(bench):
     """Racing, after every decode case (it is collected right after them): the cases in the leader's rank group
-    get extra paired rounds (dflash_core.racing), written into their own pytest-benchmark records.
+    get extra paired rounds (dflash_core.bench.racing), written into their own pytest-benchmark records.
     Not a benchmark itself: it adds rounds to the cases and leaves no row of its own."""
-    from dflash_core.bench import run_race
+    from dflash_core.bench.schedule import run_race
 
     rec = run_race(bench)
     assert all(c["rounds"] <= rec["cap_rounds"] for c in rec["cases"].values()), rec
 
 
 def test_reference(benchmark, bench, reference):
-    from dflash_core.bench import measure_reference
+    from dflash_core.bench.peers import measure_reference
 
     if not bench.cfg.references:
         import pytest
@@ -57,7 +57,7 @@ def test_reference(benchmark, bench, reference):
 
 def test_verify_cost(benchmark, bench):
     """t_verify(w) / t_decode for w = 1..B at the first prompt's context."""
-    from dflash_core.bench import verify_cost_curve
+    from dflash_core.bench.peers import verify_cost_curve
 
     benchmark.group = f"{bench.rt.device.type}-verify-cost"
     widths = list(range(1, bench.block_size + 1))

@@ -74,7 +74,7 @@ def _optional(**kw) -> dict:
 
 def check_device_args(device: str, dtype: str, kernels: str):
     """Device, dtype and kernel path, checked before anything is built or loaded. Returns the torch.device."""
-    from .device import check_device_name, resolve_device, resolve_dtype
+    from .runtime.device import check_device_name, resolve_device, resolve_dtype
 
     dev = resolve_device(check_device_name(device))
     tdtype = resolve_dtype(dtype, dev)
@@ -107,7 +107,7 @@ def check_run_args(a, info) -> None:
 
 def check_target_args(target: str, home, revision: str | None) -> None:
     """The target's name (not its files) and that --revision goes with a hub id."""
-    from .target import resolve_target_source
+    from .runtime.target import resolve_target_source
 
     kind, _ = resolve_target_source(target, home)
     if revision is not None and kind != "hub":
@@ -125,7 +125,7 @@ def cmd_methods() -> int:
 
 
 def cmd_prepare(a) -> int:
-    from .prepare import prepare
+    from .prepare.pipeline import prepare
 
     options.resolve(a, PREPARE_OPTIONS)
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
@@ -135,7 +135,7 @@ def cmd_prepare(a) -> int:
 
 
 def cmd_export(a) -> int:
-    from .bundle import export_bundle
+    from .prepare.bundle import export_bundle
 
     options.resolve(a, EXPORT_OPTIONS)
     check_target_args(a.target, a.home, None)
@@ -148,10 +148,10 @@ def cmd_export(a) -> int:
 def cmd_export_drafter(a) -> int:
     """The verified prepared drafter of `--target` as a transformers checkpoint (AutoModel loads it, and
     `generate(assistant_model=..., speculation_type="dflash")` drafts with it)."""
-    from .artifacts import target_identity
-    from .hf_drafter import export_drafter
-    from .prepared import load_prepared
-    from .target import load_target
+    from .prepare.artifacts import target_identity
+    from .prepare.drafter_format import export_drafter
+    from .prepare.prepared import load_prepared
+    from .runtime.target import load_target
 
     options.resolve(a, EXPORT_DRAFTER_OPTIONS)
     check_target_args(a.target, a.home, a.revision)
@@ -165,7 +165,7 @@ def cmd_export_drafter(a) -> int:
 
 
 def cmd_import(a) -> int:
-    from .bundle import import_bundle
+    from .prepare.bundle import import_bundle
 
     options.resolve(a, IMPORT_OPTIONS)
     print(json.dumps(import_bundle(a.bundle, a.home)))
@@ -181,15 +181,15 @@ def cmd_run(a) -> int:
 
     import torch
 
-    from .exactness import classify
-    from .prepare import load_prepared, prepare
-    from .runner import run_method
-    from .target import load_target
+    from .methods.runner import run_method
+    from .prepare.pipeline import load_prepared, prepare
+    from .runtime.exactness import classify
+    from .runtime.target import load_target
 
     torch.set_num_threads(a.threads)
     where = _optional(revision=a.revision)
     if a.target == "mini":
-        from .artifacts import mini_target_dir
+        from .prepare.artifacts import mini_target_dir
 
         if not (mini_target_dir(a.home) / "config.json").is_file():
             print("[run] the mini target is not built yet: running `prepare` first", file=sys.stderr)
@@ -214,7 +214,7 @@ def cmd_run(a) -> int:
            "stats": stats.to_dict()}
     doc["stats"].pop("margins", None)
     if not a.no_check:
-        from .decode import greedy
+        from .runtime.decode import greedy
 
         ref, gst = greedy(rt, prompt_ids, a.tokens, stop_at_eos=a.eos, record_margins=True)
         v = classify(ids, ref, gst.margins, rt.dtype)
@@ -245,7 +245,7 @@ def cmd_bench(a) -> int:
     import os
     import subprocess
 
-    from .prepare import prepare
+    from .prepare.pipeline import prepare
 
     explicit = options.resolve(a, BENCH_OPTIONS)
     bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.cmd == "prepare":
             return cmd_prepare(a)
         if a.cmd == "check":
-            from .devicecheck import device_check
+            from .runtime.devicecheck import device_check
 
             print(json.dumps(device_check(a.device), indent=2))
             return 0

@@ -88,8 +88,8 @@ def build_real_350m(dtype: str = "float32", seed: int = 0):
 
 def tiny_prepare_config():
     """A prepare configuration that runs every step and fitter in seconds (for tests only)."""
-    from .prepare import PrepareConfig
-    from .train import TrainConfig
+    from .prepare.pipeline import PrepareConfig
+    from .prepare.train import TrainConfig
 
     return PrepareConfig(traj_tokens=24, random_seeds=12, n_taps=2, block_size=4, drafter_heads=4,
                          train=TrainConfig(steps=20, batch_sequences=4, anchors_per_sequence=4),
@@ -101,9 +101,9 @@ def build_tiny_lab(root, *, progress: bool = False) -> dict:
     miniature) into `root/home`: a whole lab target in seconds (benchmark plugin tests, GPU smoke checks)."""
     from pathlib import Path
 
-    from . import minitarget as mt
-    from .prepare import prepare
-    from .target import load_target
+    from .prepare import minitarget as mt
+    from .prepare.pipeline import prepare
+    from .runtime.target import load_target
 
     root = Path(root)
     ckpt, home = root / "ckpt", root / "home"

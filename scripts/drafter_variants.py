@@ -3,7 +3,7 @@ and compare held-out accuracy per second of drafting. Writes a JSON and prints a
 
     python scripts/drafter_variants.py --out docs/drafter-variants.json [--steps N] [--threads 1]
 
-Not a test and not a prepare: nothing is written into the home. See dflash_core/variants.py for the formulas.
+Not a test and not a prepare: nothing is written into the home. See scripts/variants.py for the formulas.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file: import the checkout's dflash_core
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_core import variants as V  # noqa: E402
+import variants as V  # noqa: E402  (scripts/variants.py, beside this file)
+
 from dflash_core.errors import BadInputError  # noqa: E402
-from dflash_core.prepare import PrepareConfig  # noqa: E402
+from dflash_core.prepare.pipeline import PrepareConfig  # noqa: E402
 
 log = logging.getLogger("dflash_core.variants")
 
@@ -42,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_local_target(target: str, home: str | None):
     """The target on CPU in float32, as prepare trains with it; a hub id is refused (this never downloads)."""
-    from dflash_core.target import load_target, resolve_target_source
+    from dflash_core.runtime.target import load_target, resolve_target_source
 
     kind, _ = resolve_target_source(target, home)
     if kind == "hub":
@@ -69,7 +70,7 @@ def machine() -> dict:
 
 def run(args: argparse.Namespace, base: PrepareConfig | None = None) -> dict:
     """Teacher data once, every variant trained on it, drafting timed interleaved; returns the JSON document."""
-    from dflash_core.drafter import default_taps
+    from dflash_core.runtime.drafter import default_taps
 
     base = base or PrepareConfig()
     rt = load_local_target(args.target, args.home)
@@ -107,9 +108,9 @@ def run(args: argparse.Namespace, base: PrepareConfig | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from dflash_core.artifacts import write_json_atomic
-    from dflash_core.device import torch_threads
+    from dflash_core.prepare.artifacts import write_json_atomic
     from dflash_core.progress import ensure_console_logging
+    from dflash_core.runtime.device import torch_threads
 
     args = parse_args(argv)
     if args.threads < 1:

@@ -10,8 +10,8 @@ import time
 
 import torch
 
-from dflash_core.decode import greedy
-from dflash_core.target import TargetRuntime
+from dflash_core.runtime.decode import greedy
+from dflash_core.runtime.target import TargetRuntime
 from dflash_core.testing import TinySpec, build_real_350m, build_tiny
 
 

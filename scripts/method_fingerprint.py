@@ -38,8 +38,8 @@ VARIANTS: dict[str, tuple[dict, ...]] = {
 
 def build_tiny(home: Path) -> str:
     """A tiny hybrid LFM2 (no tokenizer) saved under home and prepared with the test configuration."""
-    from dflash_core.prepare import prepare
-    from dflash_core.target import load_target
+    from dflash_core.prepare.pipeline import prepare
+    from dflash_core.runtime.target import load_target
     from dflash_core.testing import TinySpec, tiny_prepare_config
     from dflash_core.testing import build_tiny as build
 
@@ -55,9 +55,9 @@ def fingerprint(target: str, home, dtype: str) -> dict:
     import torch
 
     from dflash_core.methods import method_ids
-    from dflash_core.prepare import load_prepared
-    from dflash_core.runner import run_method
-    from dflash_core.target import load_target
+    from dflash_core.methods.runner import run_method
+    from dflash_core.prepare.pipeline import load_prepared
+    from dflash_core.runtime.target import load_target
 
     torch.set_num_threads(1)
     rt = load_target(target, "cpu", dtype, home=home)
@@ -65,7 +65,7 @@ def fingerprint(target: str, home, dtype: str) -> dict:
     if rt.tokenizer is None:
         prompts = [list(p) for p in ID_PROMPTS]
     else:
-        from dflash_core.data import load_prompts
+        from dflash_core.prepare.data import load_prompts
 
         family = prepared.manifest.get("seeds", {}).get("family", "code")
         prompts = [rt.encode(t) for t in load_prompts(family).calibration[:3]]

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from dflash_core.methods import speculative_ids
-from dflash_core.prepare import load_prepared, prepare
-from dflash_core.runner import run_method
-from dflash_core.target import load_target
+from dflash_core.methods.runner import run_method
+from dflash_core.prepare.pipeline import load_prepared, prepare
+from dflash_core.runtime.target import load_target
 from dflash_core.testing import build_real_350m, tiny_prepare_config
 
 

@@ -15,9 +15,9 @@ import time
 
 import torch
 
-from dflash_core.decode import greedy
-from dflash_core.kernels import apply_kernels
-from dflash_core.target import TargetRuntime
+from dflash_core.runtime.decode import greedy
+from dflash_core.runtime.kernels import apply_kernels
+from dflash_core.runtime.target import TargetRuntime
 from dflash_core.testing import build_real_350m
 
 

@@ -30,9 +30,9 @@ class PreparedTarget:
 @pytest.fixture(scope="session")
 def tiny_prepared(tmp_path_factory) -> PreparedTarget:
     """A tiny hybrid LFM2 saved to disk, prepared with every fitter, loaded back in float64 (strict)."""
-    from dflash_core.prepare import prepare
-    from dflash_core.prepared import load_prepared
-    from dflash_core.target import load_target
+    from dflash_core.prepare.pipeline import prepare
+    from dflash_core.prepare.prepared import load_prepared
+    from dflash_core.runtime.target import load_target
     from dflash_core.testing import TinySpec, build_tiny
 
     root = tmp_path_factory.mktemp("tiny-prepared")
@@ -48,9 +48,9 @@ def tiny_prepared(tmp_path_factory) -> PreparedTarget:
 @pytest.fixture(scope="session")
 def mini_prepared() -> PreparedTarget:
     """The embedded mini target with its real artifacts (built once into DFLASH_HOME, then reused)."""
-    from dflash_core.prepare import prepare
-    from dflash_core.prepared import load_prepared
-    from dflash_core.target import load_target
+    from dflash_core.prepare.pipeline import prepare
+    from dflash_core.prepare.prepared import load_prepared
+    from dflash_core.runtime.target import load_target
 
     path = prepare("mini", progress=False)
     rt = load_target("mini", "cpu", "float32")

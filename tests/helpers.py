@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dflash_core.decode import DecodeStats, greedy
+from dflash_core.runtime.decode import DecodeStats, greedy
 
 from .strategies import MAX_BUDGET
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_core.activity import Shadowed, accepted_against, count_rounds, summary
-from dflash_core.decode import greedy, speculative
+from dflash_core.bench.activity import Shadowed, accepted_against, count_rounds, summary
 from dflash_core.methods import METHODS, get_method, speculative_ids
 from dflash_core.methods.dflash import DFlashProposer
+from dflash_core.runtime.decode import greedy, speculative
 
 PROMPTS = ([5], [7, 8, 9, 10], list(range(3, 30)))
 TOKENS, WIDTH = 24, 4
@@ -89,7 +89,7 @@ def test_a_changed_position_is_counted_exactly_and_output_is_unchanged(tiny_prep
 
 @pytest.mark.exactness
 def test_act_reports_drafted_beside_verified(tiny_prepared):
-    from dflash_core.runner import run_method
+    from dflash_core.methods.runner import run_method
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     _, st = run_method("act", rt, prep, PROMPTS[2], TOKENS, WIDTH, tau=1e9)  # trims every block to one draft

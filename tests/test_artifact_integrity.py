@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_core import minitarget as mt
-from dflash_core.artifacts import (
+from dflash_core.errors import ArtifactError, DFlashError, TargetNotFoundError
+from dflash_core.prepare import minitarget as mt
+from dflash_core.prepare.artifacts import (
     MANIFEST,
     TARGET_MANIFEST,
     artifact_dir,
@@ -26,9 +27,8 @@ from dflash_core.artifacts import (
     target_identity,
     write_atomic,
 )
-from dflash_core.errors import ArtifactError, DFlashError, TargetNotFoundError
-from dflash_core.prepare import DRAFTER_FILE, family_for, load_prepared, prepare
-from dflash_core.target import load_target
+from dflash_core.prepare.pipeline import DRAFTER_FILE, family_for, load_prepared, prepare
+from dflash_core.runtime.target import load_target
 from dflash_core.testing import TinySpec, build_tiny, tiny_prepare_config
 
 # Train seeds from the (3-file) corpus too, so the mini-only path of prepare runs, in miniature.
@@ -137,8 +137,8 @@ def test_identity_hashes_every_weight(lab):
 
 def test_prepare_logs_timestamped_progress_through_logging(lab):
     text = "\n".join(lab["log"])
-    assert "dflash_core.prepare: teacher trajectories" in text
-    assert f"dflash_core.train: train drafter: {CFG.train.steps}/{CFG.train.steps}" in text
+    assert "dflash_core.prepare.pipeline: teacher trajectories" in text
+    assert f"dflash_core.prepare.train: train drafter: {CFG.train.steps}/{CFG.train.steps}" in text
     from dflash_core.progress import FORMAT
 
     assert "%(asctime)s" in FORMAT
@@ -149,11 +149,11 @@ def test_cli_without_logging_setup_gets_timestamped_lines_on_stderr():
     import sys
 
     code = ("import logging; from dflash_core.progress import ensure_console_logging; ensure_console_logging(); "
-            "logging.getLogger('dflash_core.prepare').info('teacher trajectories: 3 seeds')")
+            "logging.getLogger('dflash_core.prepare.pipeline').info('teacher trajectories: 3 seeds')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.stdout == ""
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d INFO dflash_core\.prepare: teacher trajectories: 3 seeds\n",
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d INFO dflash_core\.prepare\.pipeline: teacher trajectories: 3 seeds\n",
                         proc.stderr), proc.stderr
 
 
@@ -222,7 +222,7 @@ def test_damaged_mini_target_is_refused_naming_the_file(mini_home, tmp_path, nam
 
 
 def test_prepare_rebuilds_a_damaged_mini_target(mini_home, tmp_path, monkeypatch, caplog):
-    from dflash_core import prepare as prep
+    from dflash_core.prepare import pipeline as prep
 
     home = _damaged(mini_home, tmp_path, "model.safetensors", _flip)
     built = []
@@ -246,7 +246,7 @@ def test_truncated_weights_without_a_manifest_are_a_clear_error(tmp_path):
 @pytest.mark.parametrize("doc", [[], "files", {"format_version": 1, "files": ["drafter.pt"]},
                                  {"format_version": 1, "files": {"drafter.pt": "abc"}}])
 def test_wrong_shape_manifest_is_an_artifact_error_and_prepare_repairs_it(lab, tmp_path, doc, monkeypatch):
-    from dflash_core import train
+    from dflash_core.prepare import train
 
     home, out = _home_copy(lab, tmp_path)
     (out / MANIFEST).write_text(json.dumps(doc))
@@ -307,7 +307,7 @@ def test_a_corrupt_safetensors_artifact_is_an_artifact_error(lab, tmp_path, dama
 
     from safetensors.torch import save
 
-    from dflash_core.artifacts import TREE_KEY, load_tensor_file
+    from dflash_core.prepare.artifacts import TREE_KEY, load_tensor_file
 
     home, out = _home_copy(lab, tmp_path)
     good = (out / DRAFTER_FILE).read_bytes()
@@ -390,7 +390,7 @@ def test_reader_waits_for_the_writer_instead_of_reporting_corruption(lab, tmp_pa
 def test_prepare_honours_threads_and_restores_the_callers(lab, tmp_path, monkeypatch):
     import torch
 
-    from dflash_core import train
+    from dflash_core.prepare import train
 
     home, _ = _home_copy(lab, tmp_path)
     seen = []
@@ -417,7 +417,7 @@ def test_prepare_honours_threads_and_restores_the_callers(lab, tmp_path, monkeyp
 
 
 def test_artifacts_of_another_prepare_config_are_not_verified(lab, tmp_path, monkeypatch, caplog):
-    from dflash_core import train
+    from dflash_core.prepare import train
 
     home, _ = _home_copy(lab, tmp_path)
 
@@ -437,8 +437,8 @@ def test_artifacts_of_another_prepare_config_are_not_verified(lab, tmp_path, mon
 # --- homes prepared before the content key ------------------------------------------------------------
 
 def test_a_home_prepared_under_the_old_key_is_moved_not_rebuilt(lab, tmp_path, monkeypatch):
-    from dflash_core import train
-    from dflash_core.artifacts import config_digest, legacy_sample_digest
+    from dflash_core.prepare import train
+    from dflash_core.prepare.artifacts import config_digest, legacy_sample_digest
 
     home, out = _home_copy(lab, tmp_path)
     rt = _rt(lab)

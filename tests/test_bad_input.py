@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_core.decode import greedy, speculative
-from dflash_core.device import resolve_device, resolve_dtype
 from dflash_core.errors import BadInputError, DeviceError, TargetNotFoundError
-from dflash_core.proposers import RandomProposer
-from dflash_core.target import TargetRuntime, load_target
+from dflash_core.runtime.decode import greedy, speculative
+from dflash_core.runtime.device import resolve_device, resolve_dtype
+from dflash_core.runtime.proposers import RandomProposer
+from dflash_core.runtime.target import TargetRuntime, load_target
 from dflash_core.testing import TinySpec, build_tiny
 
 

@@ -81,7 +81,7 @@ def test_each_case_prints_its_result_as_it_finishes(smoke_run):
 
 
 def test_stable_benchmark_ids(smoke_run):
-    from dflash_core.bench import REFERENCES
+    from dflash_core.bench.peers import REFERENCES
     from dflash_core.methods import speculative_ids
 
     names = {b["name"] for b in json.loads(smoke_run["out"].read_text())["benchmarks"]}
@@ -163,7 +163,7 @@ def test_every_case_carries_its_activity_and_race_record(smoke_run):
 def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_run):
     """Schema 4: model speedup, measured/model and the overhead flag on every row and every shown width; each
     calibrated method chose once per benchmarked width, by the cost-model objective the page names."""
-    from dflash_core.costmodel import OBJECTIVE
+    from dflash_core.bench.costmodel import OBJECTIVE
 
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
     assert doc["schema_version"] == 6
@@ -199,7 +199,7 @@ def test_failed_exactness_gate_writes_report_and_fails(pytester, tiny_lab, monke
     report must still be written and say so."""
     _copy_lab(pytester.path)
     pytester.makepyfile(broken_rollback="""
-        import dflash_core.bench as bench
+        import dflash_core.bench.session as bench
 
         _open = bench.open_session
 
@@ -359,7 +359,7 @@ def test_kernel_paths_resolve_by_measured_rule():
     import torch
 
     from dflash_core.errors import BadInputError
-    from dflash_core.kernels import resolve_kernels
+    from dflash_core.runtime.kernels import resolve_kernels
 
     cpu = torch.device("cpu")
     assert resolve_kernels("auto", cpu, torch.float32, 1024) == ("onednn" if torch.backends.mkldnn.is_available()

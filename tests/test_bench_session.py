@@ -16,8 +16,9 @@ TOKENS = 6
 def session(tiny_prepared):
     import torch
 
-    from dflash_core.bench import BenchConfig, BenchSession
-    from dflash_core.decode import greedy
+    from dflash_core.bench.config import BenchConfig
+    from dflash_core.bench.session import BenchSession
+    from dflash_core.runtime.decode import greedy
 
     refs, margins = [], []
     for p in PROMPTS:
@@ -31,8 +32,8 @@ def session(tiny_prepared):
 
 
 def test_measure_pair_counts_the_first_round_and_pairs_every_round(session, tiny_prepared):
-    from dflash_core.bench import measure_pair
-    from dflash_core.runner import run_method
+    from dflash_core.bench.cases import measure_pair
+    from dflash_core.methods.runner import run_method
 
     info = measure_pair(session, "dflash", 2, rounds=2)
     direct = [run_method("dflash", tiny_prepared.rt, tiny_prepared.prepared, p, TOKENS, 2)[1] for p in PROMPTS]
@@ -53,7 +54,7 @@ def test_measure_pair_counts_the_first_round_and_pairs_every_round(session, tiny
 
 
 def test_a_trimming_case_reports_drafted_acceptance_and_its_activity(session):
-    from dflash_core.bench import measure_pair
+    from dflash_core.bench.cases import measure_pair
 
     session.options["act"] = {"tau": 1e9}  # every block trimmed to one draft
     info = measure_pair(session, "act", 2, rounds=1)
@@ -65,7 +66,8 @@ def test_a_trimming_case_reports_drafted_acceptance_and_its_activity(session):
 
 
 def test_a_race_round_extends_the_case_and_its_record(session):
-    from dflash_core.bench import measure_pair, race_round
+    from dflash_core.bench.cases import measure_pair
+    from dflash_core.bench.schedule import race_round
 
     info = measure_pair(session, "dflash", 2, rounds=2)
     got = []
@@ -83,7 +85,8 @@ def test_a_compare_round_adds_a_ratio_against_dflash_and_no_speedup_round(sessio
     """compare_round (the ranking's extra rounds): the dflash leg and the method, no normal leg; the speedup over
     greedy keeps its normal-paired rounds, the ratio against dflash gains one, and a round with a normal leg
     after it is refused (it would pair normal with the wrong method wall)."""
-    from dflash_core.bench import compare_round, measure_pair, race_round
+    from dflash_core.bench.cases import measure_pair
+    from dflash_core.bench.schedule import compare_round, race_round
 
     info = measure_pair(session, "dflash", 2, rounds=2)
     got = []
@@ -103,7 +106,7 @@ def test_a_compare_round_adds_a_ratio_against_dflash_and_no_speedup_round(sessio
 
 
 def test_cases_record_widths_as_data_for_the_lab_section(session):
-    from dflash_core.bench import measure_pair
+    from dflash_core.bench.cases import measure_pair
     from dflash_core.methods import METHODS
 
     measure_pair(session, "normal", 0, rounds=1)
@@ -125,7 +128,7 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
 
 
 def test_token_text_covers_every_traced_id():
-    from dflash_core.bench import BenchSession
+    from dflash_core.bench.session import BenchSession
 
     rt = SimpleNamespace(tokenizer=object(), decode=lambda ids: f"<{ids[0]}>")
     sess = BenchSession(None, rt, None, "code", [], [], [], [])
@@ -135,8 +138,7 @@ def test_token_text_covers_every_traced_id():
 
 
 def test_measure_reference_pairs_the_oracle_with_normal(session):
-    from dflash_core.bench import measure_reference
-    from dflash_core.references import reference_runner
+    from dflash_core.bench.peers import measure_reference, reference_runner
 
     outs, wall = reference_runner(session.rt, session.prompt_ids, session.references, TOKENS, "oracle-w2")()
     assert outs == session.references and wall > 0
@@ -151,8 +153,9 @@ def test_measure_reference_pairs_the_oracle_with_normal(session):
 def test_open_session_restores_the_thread_count(monkeypatch):
     import torch
 
-    import dflash_core.prepare as prepare_mod
-    from dflash_core.bench import BenchConfig, open_session
+    import dflash_core.prepare.pipeline as prepare_mod
+    from dflash_core.bench.config import BenchConfig
+    from dflash_core.bench.session import open_session
 
     class Stop(Exception):
         pass
@@ -177,9 +180,9 @@ def test_open_session_restores_the_thread_count(monkeypatch):
 
 def test_every_case_carries_its_cost_model_speedup(session, tiny_prepared):
     """model_speedup is the model of the case's own rounds (every prompt) priced with the costs it reports."""
-    from dflash_core.bench import measure_pair
-    from dflash_core.costmodel import ComponentCosts, model_speedup
-    from dflash_core.runner import run_method
+    from dflash_core.bench.cases import measure_pair
+    from dflash_core.bench.costmodel import ComponentCosts, model_speedup
+    from dflash_core.methods.runner import run_method
 
     info = measure_pair(session, "dflash", 2, rounds=1)
     rounds = []
@@ -200,10 +203,11 @@ def test_every_case_carries_its_cost_model_speedup(session, tiny_prepared):
 def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_prepared, monkeypatch):
     import dataclasses
 
-    from dflash_core import bench
-    from dflash_core.costmodel import OBJECTIVE, choose
-    from dflash_core.data import load_prompts
-    from dflash_core.runner import run_method
+    from dflash_core.bench import calibration as bench
+    from dflash_core.bench.cases import measure_pair
+    from dflash_core.bench.costmodel import OBJECTIVE, choose
+    from dflash_core.methods.runner import run_method
+    from dflash_core.prepare.data import load_prompts
 
     texts = list(load_prompts("code").calibration[:2])
     monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]][: len(t)])
@@ -222,7 +226,7 @@ def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_
     session.width_options["act"] = {1: {"tau": 0.0}, 2: {"tau": 8.0}}
     assert session.options_for("act", 4) == {"tau": 8.0} and session.options_for("act", 1) == {"tau": 0.0}
     for w, tau in ((1, 0.0), (2, 8.0)):
-        info = bench.measure_pair(session, "act", w, rounds=1)
+        info = measure_pair(session, "act", w, rounds=1)
         direct = [run_method("act", tiny_prepared.rt, tiny_prepared.prepared, p, TOKENS, w, tau=tau)[1]
                   for p in PROMPTS]
         assert info["options"] == {"tau": tau}
@@ -232,8 +236,9 @@ def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_
 def test_tune_chooses_widths_by_the_cost_model(session, monkeypatch):
     import dataclasses
 
-    from dflash_core import bench, methods
-    from dflash_core.costmodel import ComponentCosts, choose
+    from dflash_core import methods
+    from dflash_core.bench import calibration as bench
+    from dflash_core.bench.costmodel import ComponentCosts, choose
 
     monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]])
     monkeypatch.setattr(methods, "speculative_ids", lambda: ["dflash"])
@@ -255,8 +260,8 @@ def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch,
     width is the best of those at most half of it; the record keeps the table and the curve."""
     import dataclasses
 
-    from dflash_core import bench
-    from dflash_core.costmodel import ComponentCosts
+    from dflash_core.bench import calibration as bench
+    from dflash_core.bench.costmodel import ComponentCosts
 
     B = session.block_size
     best = B if cheapest == "B" else min(3, B)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_core.artifacts import artifact_dir, target_identity, write_target_manifest
-from dflash_core.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
 from dflash_core.errors import BundleError
+from dflash_core.prepare.artifacts import artifact_dir, target_identity, write_target_manifest
+from dflash_core.prepare.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
 from dflash_core.testing import tiny_prepare_config
 
 TINY_PREP = tiny_prepare_config()
@@ -45,8 +45,8 @@ def bundle(mini_like_home, tmp_path_factory) -> Path:
 
 
 def test_export_import_mini_round_trip(bundle, mini_like_home, tmp_path):
-    from dflash_core.prepared import load_prepared
-    from dflash_core.target import load_target
+    from dflash_core.prepare.prepared import load_prepared
+    from dflash_core.runtime.target import load_target
 
     home = tmp_path / "other"
     got = import_bundle(bundle, home)
@@ -63,7 +63,7 @@ def test_export_import_mini_round_trip(bundle, mini_like_home, tmp_path):
 
 def test_export_import_local_target(tiny_prepared, tmp_path):
     """A checkpoint that is not mini travels as its artifacts only; the other machine brings the weights."""
-    from dflash_core.prepared import load_prepared
+    from dflash_core.prepare.prepared import load_prepared
 
     out = tmp_path / "local.tar.gz"
     doc = export_bundle(out, str(tiny_prepared.path), tiny_prepared.home)
@@ -74,8 +74,8 @@ def test_export_import_local_target(tiny_prepared, tmp_path):
     assert str(prepared.directory) == got["artifact_dir"]
     assert snapshot(prepared.directory) == snapshot(tiny_prepared.prepared.directory)
     # what `bench` does next on the other machine: prepare finds the imported artifacts valid, rebuilds nothing
-    from dflash_core.prepare import prepare
-    from dflash_core.target import load_target
+    from dflash_core.prepare.pipeline import prepare
+    from dflash_core.runtime.target import load_target
 
     before = snapshot(tmp_path / "other")
     rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")

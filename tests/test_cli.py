@@ -35,8 +35,8 @@ def recorders(monkeypatch):
     """Fake prepare, load_target and subprocess.call that record their calls."""
     import subprocess
 
-    import dflash_core.prepare
-    import dflash_core.target
+    import dflash_core.prepare.pipeline
+    import dflash_core.runtime.target
 
     calls: dict[str, list] = {"prepare": [], "load_target": [], "child": []}
 
@@ -52,8 +52,8 @@ def recorders(monkeypatch):
         calls["child"].append((list(args), kw.get("env")))
         return 0
 
-    monkeypatch.setattr(dflash_core.prepare, "prepare", fake_prepare)
-    monkeypatch.setattr(dflash_core.target, "load_target", fake_load_target)
+    monkeypatch.setattr(dflash_core.prepare.pipeline, "prepare", fake_prepare)
+    monkeypatch.setattr(dflash_core.runtime.target, "load_target", fake_load_target)
     monkeypatch.setattr(subprocess, "call", fake_call)
     return calls
 

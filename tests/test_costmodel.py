@@ -1,12 +1,12 @@
-"""The cost-model speedup (dflash_core.costmodel): exact arithmetic on hand-built rounds, the unexplained-overhead
+"""The cost-model speedup (dflash_core.bench.costmodel): exact arithmetic on hand-built rounds, the unexplained-overhead
 flag from injected timings, and calibration choosing by the model (ties: tokens per target call), per width."""
 
 from __future__ import annotations
 
 import pytest
 
-from dflash_core import costmodel as cm
-from dflash_core.costmodel import ComponentCosts, model_seconds, model_speedup
+from dflash_core.bench import costmodel as cm
+from dflash_core.bench.costmodel import ComponentCosts, model_seconds, model_speedup
 
 from .report_data import bench_row, known_rounds, saved_run, with_noise
 
@@ -126,7 +126,7 @@ class ScriptedProposer:
         pass
 
     def propose(self, prefix, k):
-        from dflash_core.decode import Proposal
+        from dflash_core.runtime.decode import Proposal
 
         at = len(prefix) - len(self.prompt)
         nxt = self.ref[at:at + min(k, self.k)]
@@ -137,8 +137,8 @@ class ScriptedProposer:
 
 
 def _calibrate(tiny_prepared, t_verify):
-    from dflash_core.calibrate import calibrate
-    from dflash_core.decode import greedy
+    from dflash_core.bench.calibrate import calibrate
+    from dflash_core.runtime.decode import greedy
 
     rt = tiny_prepared.rt
     prompt, tokens = [5, 6, 7], 6

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_core.decode import DecodeStats, Proposal
-from dflash_core.spread import median_iqr
+from dflash_core.bench.stats import median_iqr
+from dflash_core.runtime.decode import DecodeStats, Proposal
 
 
 def _fresh(width: int, method: str = "m") -> DecodeStats:
@@ -86,7 +86,7 @@ def test_median_iqr_small_samples():
 
 
 def test_calibration_tables_use_the_same_iqr():
-    from dflash_core.calibrate import Trial
+    from dflash_core.bench.calibrate import Trial
 
     row = Trial({"tau": 1.0}, "tau=1.0", tokens_per_second=[4.0, 1.0, 3.0, 2.0]).summary()
     assert (row["tokens_per_second_median"], row["tokens_per_second_iqr"]) == median_iqr([1.0, 2.0, 3.0, 4.0])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dflash_core.drafter import DrafterConfig, DraftState, default_taps, init_drafter
-from dflash_core.train import block_loss
+from dflash_core.prepare.train import block_loss
+from dflash_core.runtime.drafter import DrafterConfig, DraftState, default_taps, init_drafter
 
 H, V, B = 32, 50, 4
 

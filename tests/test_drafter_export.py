@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from dflash_core import __main__ as cli
-from dflash_core.drafter import DraftState
 from dflash_core.errors import ArtifactError, BadInputError
-from dflash_core.exactness import TIE_TOLERANCE
-from dflash_core.hf_drafter import load_hf_drafter
 from dflash_core.methods import METHODS, method_ids
-from dflash_core.prepare import prepare
-from dflash_core.prepared import load_prepared
-from dflash_core.runner import run_method
-from dflash_core.target import load_target
+from dflash_core.methods.runner import run_method
+from dflash_core.prepare.drafter_format import load_hf_drafter
+from dflash_core.prepare.pipeline import prepare
+from dflash_core.prepare.prepared import load_prepared
+from dflash_core.runtime.drafter import DraftState
+from dflash_core.runtime.exactness import TIE_TOLERANCE
+from dflash_core.runtime.target import load_target
 from dflash_core.testing import tiny_prepare_config
 
 from .helpers import reference
@@ -146,7 +146,7 @@ def test_transformers_dflash_generation_drafts_our_blocks(tiny_prepared, exporte
 
 
 def test_reference_row_is_exact(tiny_prepared):
-    from dflash_core.references import reference_runner
+    from dflash_core.bench.peers import reference_runner
 
     rt = tiny_prepared.rt
     prompts = [list(p) for p in PROMPTS[:2]]
@@ -158,7 +158,7 @@ def test_reference_row_is_exact(tiny_prepared):
 @pytest.fixture(scope="module")
 def imported(tiny_prepared, exported, tmp_path_factory):
     """A fresh home prepared with --drafter (the exported checkpoint): no drafter training, every fitter."""
-    from dflash_core import train
+    from dflash_core.prepare import train
 
     home = tmp_path_factory.mktemp("imported") / "home"
     rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")
@@ -213,7 +213,7 @@ def _broken(exported, tmp_path, **changes):
     ({"model_type": "llama"}, r"model_type 'llama'"),
 ])
 def test_an_incompatible_drafter_is_refused(tiny_prepared, exported, tmp_path, changes, message):
-    from dflash_core import train
+    from dflash_core.prepare import train
 
     bad = _broken(exported, tmp_path, **changes)
     rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")

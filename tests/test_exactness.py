@@ -12,11 +12,11 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from dflash_core.decode import greedy, speculative
-from dflash_core.exactness import classify
 from dflash_core.methods import get_method, speculative_ids
-from dflash_core.proposers import OracleProposer, RandomProposer
-from dflash_core.target import TargetRuntime
+from dflash_core.runtime.decode import greedy, speculative
+from dflash_core.runtime.exactness import classify
+from dflash_core.runtime.proposers import OracleProposer, RandomProposer
+from dflash_core.runtime.target import TargetRuntime
 from dflash_core.testing import PATTERNS, TinySpec, build_tiny
 
 from .helpers import check_invariants, reference
@@ -139,9 +139,9 @@ def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
     path, and its greedy agrees with eager greedy up to certified ties; the target identity is unchanged."""
     import torch
 
-    from dflash_core.artifacts import target_identity
-    from dflash_core.kernels import apply_kernels
-    from dflash_core.target import load_target
+    from dflash_core.prepare.artifacts import target_identity
+    from dflash_core.runtime.kernels import apply_kernels
+    from dflash_core.runtime.target import load_target
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")

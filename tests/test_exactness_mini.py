@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_core.exactness import classify
 from dflash_core.methods import speculative_ids
-from dflash_core.runner import run_method
+from dflash_core.methods.runner import run_method
+from dflash_core.runtime.exactness import classify
 
 from .helpers import reference
 
@@ -26,7 +26,7 @@ MAX_BUDGET = 40
 
 @lru_cache(maxsize=1)
 def _texts() -> tuple[str, ...]:
-    from dflash_core.data import load_prompts
+    from dflash_core.prepare.data import load_prompts
 
     ps = load_prompts("code")
     return tuple(ps.train) + tuple(ps.calibration) + tuple(ps.benchmark)

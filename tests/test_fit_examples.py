@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dflash_core.methods import FitContext
-from dflash_core.methods.examples import draft_examples, target_rows
-from dflash_core.methods.fitting import (
+from dflash_core.methods.support.examples import draft_examples, target_rows
+from dflash_core.methods.support.fitting import (
     CORRECTION_TARGET_EXAMPLES,
     HEAD_STRIDE,
     HEAD_TARGET_EXAMPLES,
@@ -25,7 +25,7 @@ from dflash_core.methods.fitting import (
     spread_indices,
     start_head_fit,
 )
-from dflash_core.train import trajectory_taps
+from dflash_core.prepare.train import trajectory_taps
 
 from .conftest import TINY_PREP
 
@@ -96,7 +96,7 @@ def tiny_ctx(tiny_prepared) -> FitContext:
 
 
 def test_one_forward_gives_the_taps_and_logits_of_two_bit_for_bit(tiny_prepared):
-    from dflash_core.target import load_target
+    from dflash_core.runtime.target import load_target
 
     rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")  # prepare's dtype
     taps = tiny_prepared.prepared.drafter.cfg.taps

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from dflash_core.decode import greedy, speculative
-from dflash_core.exactness import classify
-from dflash_core.proposers import OracleProposer
+from dflash_core.runtime.decode import greedy, speculative
+from dflash_core.runtime.exactness import classify
+from dflash_core.runtime.proposers import OracleProposer
 
 from .strategies import decode_cases
 
@@ -23,7 +23,7 @@ VOCAB = 96
 def cuda_models():
     import torch
 
-    from dflash_core.target import TargetRuntime
+    from dflash_core.runtime.target import TargetRuntime
     from dflash_core.testing import TinySpec, build_tiny
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -51,7 +51,7 @@ def test_cuda_speculative_is_exact_or_tie_certified(cuda_models, dtype, case):
 
 
 def test_device_check_on_gpu():
-    from dflash_core.devicecheck import device_check
+    from dflash_core.runtime.devicecheck import device_check
 
     info = device_check("cuda")
     assert info["fp16_matmul_ok"] and info["name"]

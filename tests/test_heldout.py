@@ -13,10 +13,10 @@ from dataclasses import replace
 
 import pytest
 
-from dflash_core import heldout
-from dflash_core.data import load_all_families, load_prompts
 from dflash_core.errors import BadInputError
-from dflash_core.heldout import N_UNITS, check_clean, filter_clean, held_out, leaks, units
+from dflash_core.prepare import heldout
+from dflash_core.prepare.data import load_all_families, load_prompts
+from dflash_core.prepare.heldout import N_UNITS, check_clean, filter_clean, held_out, leaks, units
 
 BENCH = load_prompts("code").benchmark  # code prompts: the mini target's family
 
@@ -65,7 +65,7 @@ def test_check_clean_names_consumer_ngram_prompt_and_fix():
 # --- the shipped prompt sets -----------------------------------------------------------------------------
 
 def test_prompt_sets_refuse_a_near_duplicate_across_splits(monkeypatch):
-    from dflash_core import data
+    from dflash_core.prepare import data
 
     fams = data._families()
     code = dict(fams["code"])
@@ -83,7 +83,7 @@ def test_prompt_sets_refuse_a_near_duplicate_across_splits(monkeypatch):
 def test_shipped_prompts_are_held_out_from_the_mini_corpus_and_the_train_seeds():
     """The shipped benchmark and calibration prompts share no n-gram with the mini target's training corpus
     (the 400 transformers source files, read only: ~2 s) nor with any family's train seeds."""
-    from dflash_core.minitarget import MiniTargetConfig, check_corpus, corpus_texts
+    from dflash_core.prepare.minitarget import MiniTargetConfig, check_corpus, corpus_texts
 
     held = heldout.shipped_held_out()
     assert len(held.grams) >= 20
@@ -94,7 +94,7 @@ def test_shipped_prompts_are_held_out_from_the_mini_corpus_and_the_train_seeds()
 
 def test_the_old_code_benchmark_prompts_are_in_the_corpus():
     """Why the code prompts were replaced: the guard finds the old ones in the target's corpus."""
-    from dflash_core.minitarget import MiniTargetConfig, corpus_texts
+    from dflash_core.prepare.minitarget import MiniTargetConfig, corpus_texts
 
     old = held_out(["def rotate_half(x):", "        if attention_mask is not None:"])
     assert sum(bool(leaks(t, old)) for t in corpus_texts(MiniTargetConfig(corpus_files=20))) >= 5
@@ -103,13 +103,13 @@ def test_the_old_code_benchmark_prompts_are_in_the_corpus():
 # --- planted leaks: the corpus ---------------------------------------------------------------------------
 
 def _small_corpus():
-    from dflash_core.minitarget import MiniTargetConfig, corpus_texts
+    from dflash_core.prepare.minitarget import MiniTargetConfig, corpus_texts
 
     return corpus_texts(MiniTargetConfig(corpus_files=3))
 
 
 def test_corpus_check_refuses_a_planted_prompt():
-    from dflash_core.minitarget import check_corpus
+    from dflash_core.prepare.minitarget import check_corpus
 
     texts = _small_corpus()
     check_corpus(texts)  # the real files are clean
@@ -119,7 +119,7 @@ def test_corpus_check_refuses_a_planted_prompt():
 
 
 def test_mini_target_build_refuses_a_leaking_corpus_before_training(monkeypatch, tmp_path):
-    from dflash_core import minitarget as mt
+    from dflash_core.prepare import minitarget as mt
 
     texts = _small_corpus()
     monkeypatch.setattr(mt, "corpus_texts", lambda cfg: [*texts[:-1], texts[-1] + "\n" + BENCH[1] + "\n"])
@@ -149,8 +149,8 @@ class _ByteRuntime:
 
 
 def test_train_seeds_refuse_a_planted_benchmark_prompt(monkeypatch):
-    from dflash_core import data
-    from dflash_core.prepare import PrepareConfig, train_seed_ids
+    from dflash_core.prepare import data
+    from dflash_core.prepare.pipeline import PrepareConfig, train_seed_ids
 
     ps = load_prompts("code")
     assert len(train_seed_ids(_ByteRuntime(), PrepareConfig(), "code")) == len(ps.train)  # the shipped seeds pass
@@ -161,8 +161,8 @@ def test_train_seeds_refuse_a_planted_benchmark_prompt(monkeypatch):
 
 
 def test_a_corpus_line_is_refused_as_corpus_and_as_cut_seed(monkeypatch):
-    from dflash_core import minitarget as mt
-    from dflash_core.prepare import PrepareConfig, train_seed_ids
+    from dflash_core.prepare import minitarget as mt
+    from dflash_core.prepare.pipeline import PrepareConfig, train_seed_ids
 
     rt = _ByteRuntime({"mini_corpus_files": 3})
     corpus = ["x = torch.zeros(3, 4)\nimport math as m\n" + BENCH[0] + "\n"]
@@ -182,8 +182,8 @@ def test_a_corpus_line_is_refused_as_corpus_and_as_cut_seed(monkeypatch):
 @pytest.fixture(scope="module")
 def tok_lab(tmp_path_factory):
     """A tiny LFM2 with a real byte-level BPE tokenizer (so trajectories have text), saved and loaded."""
-    from dflash_core import minitarget as mt
-    from dflash_core.target import load_target
+    from dflash_core.prepare import minitarget as mt
+    from dflash_core.runtime.target import load_target
     from dflash_core.testing import TinySpec, build_tiny
 
     root = tmp_path_factory.mktemp("heldout-lab")
@@ -199,8 +199,8 @@ def _planted(rt, tail_from):
 
 
 def test_prepare_drops_and_counts_a_leaking_trajectory(tok_lab, monkeypatch):
-    from dflash_core import train
-    from dflash_core.prepare import TRAJ_FILE, prepare
+    from dflash_core.prepare import train
+    from dflash_core.prepare.pipeline import TRAJ_FILE, prepare
     from dflash_core.testing import tiny_prepare_config
 
     root, rt = tok_lab
@@ -225,8 +225,8 @@ def test_prepare_drops_and_counts_a_leaking_trajectory(tok_lab, monkeypatch):
 
 
 def test_drafter_training_refuses_a_force_fed_leaking_trajectory(tok_lab):
-    from dflash_core.drafter import DrafterConfig, default_taps
-    from dflash_core.train import TrainConfig, train_drafter
+    from dflash_core.prepare.train import TrainConfig, train_drafter
+    from dflash_core.runtime.drafter import DrafterConfig, default_taps
 
     _, rt = tok_lab
     clean = [rt.encode("import torch\nx = torch.ones(3)\n") + [5] * 8]
@@ -248,7 +248,7 @@ def test_every_fitter_refuses_a_force_fed_leaking_trajectory(tok_lab, fitter):
     """Through `Fitter.__call__`, the way prepare runs them: the guard runs before the fit touches anything
     (drafter=None would fail otherwise), so no fitter can skip it."""
     from dflash_core.methods import FitContext
-    from dflash_core.prepare import PrepareConfig
+    from dflash_core.prepare.pipeline import PrepareConfig
 
     _, rt = tok_lab
     seq = rt.encode("import torch\n") + [5] * 10
@@ -268,8 +268,8 @@ def test_tokenizer_less_targets_are_skipped_with_a_reason(tiny_prepared):
 # --- planted leaks: calibration ---------------------------------------------------------------------------
 
 def test_calibration_refuses_a_benchmark_variant_as_text_or_ids(tok_lab):
-    from dflash_core.calibrate import _refuse_benchmark_prompts
-    from dflash_core.data import refuse_benchmark
+    from dflash_core.bench.calibrate import _refuse_benchmark_prompts
+    from dflash_core.prepare.data import refuse_benchmark
 
     _, rt = tok_lab
     cal = list(load_prompts("code").calibration)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dflash_core.errors import BadInputError, TargetNotFoundError
-from dflash_core.target import load_target, resolve_target_source
+from dflash_core.runtime.target import load_target, resolve_target_source
 
 REAL_ID = "LiquidAI/LFM2.5-350M-Base"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -40,7 +40,7 @@ def test_revision_is_for_hub_ids_only(tmp_path):
 
 def _populate_hub_cache(cache: Path) -> Path:
     """The hub cache layout (refs/main -> snapshots/<commit>/...) holding a tiny LFM2 and a tokenizer."""
-    from dflash_core import minitarget as mt
+    from dflash_core.prepare import minitarget as mt
     from dflash_core.testing import TinySpec, build_tiny
 
     repo = cache / ("models--" + REAL_ID.replace("/", "--"))
@@ -57,7 +57,7 @@ def _populate_hub_cache(cache: Path) -> Path:
 PROBE = """
 import json, sys
 from dflash_core.errors import TargetNotFoundError
-from dflash_core.target import load_target
+from dflash_core.runtime.target import load_target
 out = {}
 rt = load_target(sys.argv[1], "cpu", "float32")
 out["main"] = {k: rt.info[k] for k in ("kind", "commit", "revision", "location")}

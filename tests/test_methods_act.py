@@ -48,7 +48,7 @@ def test_act_select_trims_at_first_low_margin_row(tiny_prepared):
 
 @pytest.mark.exactness
 def test_act_at_tau_zero_is_dflash(tiny_prepared):
-    from dflash_core.runner import run_method
+    from dflash_core.methods.runner import run_method
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     for prompt in ([5], [7, 8, 9, 10], list(range(3, 30))):
@@ -59,7 +59,7 @@ def test_act_at_tau_zero_is_dflash(tiny_prepared):
 
 
 def test_calibrate_act_on_tiny(tiny_prepared):
-    from dflash_core.calibrate import calibrate_act
+    from dflash_core.bench.calibrate import calibrate_act
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     res = calibrate_act(rt, prep, [[5, 6, 7], [11, 12]], 6, 3, repeats=1, grid=(0.0, 1.0))
@@ -69,8 +69,8 @@ def test_calibrate_act_on_tiny(tiny_prepared):
 
 
 def test_calibrate_act_refuses_benchmark_prompts(tiny_prepared):
-    from dflash_core.calibrate import calibrate_act
-    from dflash_core.data import load_prompts
+    from dflash_core.bench.calibrate import calibrate_act
+    from dflash_core.prepare.data import load_prompts
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     bench = load_prompts("english").benchmark[0]

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_core.decode import speculative
 from dflash_core.errors import BadInputError
 from dflash_core.methods import get_method
 from dflash_core.methods.boltzmann import SALT_BOLTZMANN, boltzmann_pick, row_temperature
-from dflash_core.methods.common import context_fingerprint, gumbel, top2, uniform
 from dflash_core.methods.routing import route_v10, route_v13, v13_options
+from dflash_core.methods.support.common import context_fingerprint, gumbel, top2, uniform
+from dflash_core.runtime.decode import speculative
 
 from .helpers import Recorder, crafted_logits
 from .strategies import prompts, tied_logits, top2_lists

@@ -10,14 +10,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dflash_core.calibrate import calibrate_dspark, calibrate_v10, calibrate_v11
+from dflash_core.bench.calibrate import calibrate_dspark, calibrate_v10, calibrate_v11
 from dflash_core.errors import BadInputError
 from dflash_core.methods import FitContext, get_method
 from dflash_core.methods.dspark import DSPARK_FILE, DSparkHeads
-from dflash_core.methods.fitting import ridge, split_by_trajectory
 from dflash_core.methods.parareal_v12 import V12_FEATURES, V12_FILE, V12Model, standardised_ridge
 from dflash_core.methods.parareal_v14 import V14_FILE, v14_choose, v14_design
-from dflash_core.prepare import PrepareConfig
+from dflash_core.methods.support.fitting import ridge, split_by_trajectory
+from dflash_core.prepare.pipeline import PrepareConfig
 
 from .strategies import top2_lists
 
@@ -171,9 +171,9 @@ def _fit_ctx(prompt_text: str) -> FitContext:
 @pytest.mark.parametrize("name", ["dspark", "parareal_v12", "simple_parareal_v14"])
 def test_fitters_refuse_benchmark_prompts(name):
     """Through the registered Fitter, as prepare calls it: the one held-out guard runs before the fit."""
-    from dflash_core.data import load_prompts
-    from dflash_core.heldout import check_sequences
     from dflash_core.methods import fitters
+    from dflash_core.prepare.data import load_prompts
+    from dflash_core.prepare.heldout import check_sequences
 
     fitter = {f.name: f for f in fitters()}[name]
     with pytest.raises(BadInputError, match="benchmark"):
@@ -184,7 +184,7 @@ def test_fitters_refuse_benchmark_prompts(name):
 
 @pytest.mark.parametrize("calib", [calibrate_dspark, calibrate_v10, calibrate_v11])
 def test_calibration_refuses_benchmark_prompts(tiny_prepared, calib):
-    from dflash_core.data import load_prompts
+    from dflash_core.prepare.data import load_prompts
 
     text = load_prompts("code").benchmark[1]
     with pytest.raises(BadInputError, match="benchmark"):

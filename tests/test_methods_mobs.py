@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dflash_core.methods.common import context_fingerprint, gap_fill
 from dflash_core.methods.gated_mobs import gated_mobs, gated_slots
 from dflash_core.methods.jump import jump_positions
 from dflash_core.methods.mobs import anchor_scores, bmobs_anchor, centres, expand_outward, mobs_anchor, mobs_select
+from dflash_core.methods.support.common import context_fingerprint, gap_fill
 
 from .helpers import RecordingScorer, grid_ids
 
@@ -134,7 +134,7 @@ def test_v11_touches_only_gated_slots():
 
 
 def test_mobs_and_jump_guidance_counts(tiny_prepared):
-    from dflash_core.runner import run_method
+    from dflash_core.methods.runner import run_method
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     B, K = prep.drafter.cfg.block_size, 8

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from dflash_core.methods import get_method
 from dflash_core.methods.pairwise import viterbi
-from dflash_core.methods.selector import PairScorer, PairSelector
+from dflash_core.methods.support.selector import PairScorer, PairSelector
 
 
 def brute_force(vals, start, trans) -> tuple[list[int], float]:
@@ -90,7 +90,7 @@ def test_viterbi_prefers_a_strong_pair_over_the_argmax():
 
 def test_context_vector_matches_the_fit_data(tiny_prepared):
     """At inference the context vector is the fused feature of the last context row, as draft_examples has it."""
-    from dflash_core.train import trajectory_taps
+    from dflash_core.prepare.train import trajectory_taps
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     seq = [5, 9, 14, 3, 22, 7, 8]
@@ -106,7 +106,7 @@ def test_context_vector_matches_the_fit_data(tiny_prepared):
 
 def test_dflash2_guidance_is_k_plus_b_minus_one_k_squared(tiny_prepared):
     """Guidance work = every pair score evaluated: K (prev link) + (B-1)·K² (transitions) per block."""
-    from dflash_core.runner import run_method
+    from dflash_core.methods.runner import run_method
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     B, K = prep.drafter.cfg.block_size, 8

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from dflash_core.errors import ArtifactError, BadInputError
 from dflash_core.methods import METHOD_LIST, fit_files, fitters, get_method, method_ids, speculative_ids
-from dflash_core.methods.common import topk, topk_tensors
 from dflash_core.methods.jump import FUSED_FILE, JUMP_FILE
-from dflash_core.methods.selector import PAIR_FILE
+from dflash_core.methods.support.common import topk, topk_tensors
+from dflash_core.methods.support.selector import PAIR_FILE
 
 from .strategies import METHOD_OPTIONS, tied_logits
 
@@ -48,7 +48,7 @@ def test_needs_are_the_files_of_the_fitters():
 def test_methods_never_import_prepare():
     """The registry is a leaf of prepare: importing every method must not import prepare (no cycle)."""
     code = ("import sys, dflash_core.methods; "
-            "bad = [m for m in sys.modules if m in ('dflash_core.prepare', 'dflash_core.calibrate')]; "
+            "bad = [m for m in sys.modules if m in ('dflash_core.prepare.pipeline', 'dflash_core.bench.calibrate')]; "
             "print(bad); sys.exit(1 if bad else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -64,7 +64,7 @@ def test_options_strategy_covers_every_option_of_every_method():
 def test_unknown_option_is_refused_naming_the_valid_ones(tiny_prepared, method):
     """Every method, normal included, refuses an option it does not have (dflash used to accept any,
     mobs raised TypeError) and the message lists the options it does take."""
-    from dflash_core.runner import run_method
+    from dflash_core.methods.runner import run_method
 
     info = get_method(method)
     valid = [f.name for f in fields(info.options)] if info.options else []
@@ -108,9 +108,9 @@ def test_topk_follows_the_tie_rule_with_any_number_of_ties(logits, data):
 def test_fit_examples_follow_the_tie_rule(tiny_prepared):
     """The 02-05 fit data ranks candidates by the tie rule too (it used raw torch.topk)."""
     from dflash_core.methods.base import FitContext
-    from dflash_core.methods.examples import draft_examples
-    from dflash_core.prepared import load_prepared
-    from dflash_core.target import load_target
+    from dflash_core.methods.support.examples import draft_examples
+    from dflash_core.prepare.prepared import load_prepared
+    from dflash_core.runtime.target import load_target
     from dflash_core.testing import tiny_prepare_config
 
     rt = load_target(str(tiny_prepared.path), "cpu", "float32")  # a fresh runtime and drafter: edited below
@@ -141,7 +141,7 @@ def test_prepare_stores_the_new_heads(tiny_prepared):
 @pytest.mark.parametrize("method,missing", [("dflash2", PAIR_FILE), ("mobs", PAIR_FILE), ("bmobs", PAIR_FILE),
                                             ("jump_mobs", JUMP_FILE), ("fused_jump", FUSED_FILE)])
 def test_missing_artifact_names_the_prepare_to_run(tiny_prepared, tmp_path, method, missing):
-    from dflash_core.prepared import load_prepared
+    from dflash_core.prepare.prepared import load_prepared
 
     home = tmp_path / "home"
     shutil.copytree(tiny_prepared.home, home)

@@ -1,4 +1,4 @@
-"""Fast checks of the embedded "mini" target builder (dflash_core/minitarget.py).
+"""Fast checks of the embedded "mini" target builder (dflash_core/prepare/minitarget.py).
 
 The full default build takes minutes; these use tiny configs so each test runs in seconds.
 """
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_core import minitarget as mt
 from dflash_core.errors import DFlashError
+from dflash_core.prepare import minitarget as mt
 
 # A deliberately tiny build: enough to exercise every code path, fast enough for unit tests.
 TINY = mt.MiniTargetConfig(

@@ -81,7 +81,7 @@ def test_bad_environment_value_names_the_variable(monkeypatch, var, value, messa
 
 
 def test_bench_config_reads_every_knob_from_the_environment(monkeypatch):
-    from dflash_core.bench import BenchConfig
+    from dflash_core.bench.config import BenchConfig
 
     values = {"DFLASH_TARGET": "someone/model", "DFLASH_DEVICE": "cuda:1", "DFLASH_DTYPE": "bfloat16",
               "DFLASH_KERNELS": "eager", "DFLASH_THREADS": "3", "DFLASH_TOKENS": "7", "DFLASH_REPEATS": "5",
@@ -97,7 +97,7 @@ def test_bench_config_reads_every_knob_from_the_environment(monkeypatch):
 
 
 def test_bench_config_defaults_are_the_tables():
-    from dflash_core.bench import BenchConfig
+    from dflash_core.bench.config import BenchConfig
 
     assert {f: getattr(BenchConfig(), f) for f in BENCH_FIELDS} == {f: option(f).default for f in BENCH_FIELDS}
 

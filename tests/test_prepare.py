@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from dflash_core.errors import ArtifactError
-from dflash_core.prepare import DRAFTER_FILE, prepare
-from dflash_core.prepared import load_prepared
-from dflash_core.target import load_target
+from dflash_core.prepare.pipeline import DRAFTER_FILE, prepare
+from dflash_core.prepare.prepared import load_prepared
+from dflash_core.runtime.target import load_target
 from dflash_core.testing import TinySpec, build_tiny, tiny_prepare_config
 
 TINY_PREP = tiny_prepare_config()
@@ -85,7 +85,7 @@ def test_wrong_target_is_refused(prepared_home, tmp_path):
     rt = load_target(str(other), "cpu", "float32")
     # point the other target at the first target's artifact directory
     src = next((home / "artifacts").iterdir())
-    from dflash_core.artifacts import artifact_dir, target_identity
+    from dflash_core.prepare.artifacts import artifact_dir, target_identity
 
     src.rename(artifact_dir(target_identity(rt), home))
     with pytest.raises(ArtifactError, match="prepared for another target.*--refresh"):
@@ -100,8 +100,8 @@ def test_missing_method_artifact_names_prepare(tiny_dir, prepared_home):
 
 @pytest.mark.exactness
 def test_dflash_on_prepared_tiny_target_is_exact(tiny_dir, prepared_home):
-    from dflash_core.decode import greedy
-    from dflash_core.runner import run_method
+    from dflash_core.methods.runner import run_method
+    from dflash_core.runtime.decode import greedy
 
     rt = load_target(str(tiny_dir), "cpu", "float64")
     prep = load_prepared(load_target(str(tiny_dir), "cpu", "float32"), home=prepared_home[0])
@@ -117,7 +117,7 @@ def test_dflash_on_prepared_tiny_target_is_exact(tiny_dir, prepared_home):
 def test_artifacts_are_found_from_any_run_dtype(tiny_prepared):
     """The identity is the checkpoint's (hashed at float32), so a bfloat16/float16 run (the GPU default) finds
     the artifacts that `prepare` built in float32, and the drafter comes back on the run's device."""
-    from dflash_core.artifacts import target_identity
+    from dflash_core.prepare.artifacts import target_identity
 
     fp32 = load_target(str(tiny_prepared.path), "cpu", "float32")
     bf16 = load_target(str(tiny_prepared.path), "cpu", "bfloat16")
@@ -132,9 +132,9 @@ def test_every_method_accepts_widths_up_to_a_block_of_16(tiny_dir, tmp_path):
     every speculative method, and width 17 is refused with the bound in the message."""
     from dataclasses import replace
 
-    from dflash_core.decode import greedy, speculative
     from dflash_core.errors import BadInputError
     from dflash_core.methods import get_method, speculative_ids
+    from dflash_core.runtime.decode import greedy, speculative
 
     rt32 = load_target(str(tiny_dir), "cpu", "float32")
     prepare(str(tiny_dir), home=tmp_path, cfg=replace(TINY_PREP, block_size=16, traj_tokens=32), rt=rt32,
@@ -157,7 +157,7 @@ def test_prepare_defaults_are_pinned_to_the_recipe():
     else homes built by the old defaults would be reused by bench/run (which accept a home's recorded config)."""
     import hashlib
 
-    from dflash_core.prepare import DEFAULTS_SHA256, PrepareConfig
+    from dflash_core.prepare.pipeline import DEFAULTS_SHA256, PrepareConfig
 
     digest = hashlib.sha256(json.dumps(PrepareConfig().to_dict(), sort_keys=True).encode()).hexdigest()
     assert digest == DEFAULTS_SHA256, (f"PrepareConfig defaults changed: bump prepare.RECIPE and set "
@@ -165,7 +165,7 @@ def test_prepare_defaults_are_pinned_to_the_recipe():
 
 
 def test_recorded_config_is_accepted_only_without_an_explicit_config_and_only_for_this_recipe():
-    from dflash_core.prepare import RECIPE, config_mismatch
+    from dflash_core.prepare.pipeline import RECIPE, config_mismatch
 
     recorded = TINY_PREP.to_dict()
     doc = {"recipe": RECIPE, "prepare_config": json.loads(json.dumps(recorded))}

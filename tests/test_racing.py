@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dflash_core.racing import BUDGET, CAP, SEPARATED, contenders, race
-from dflash_core.report.stats import bootstrap_ci, overlaps
+from dflash_core.bench.racing import BUDGET, CAP, SEPARATED, contenders, race
+from dflash_core.bench.stats import bootstrap_ci, overlaps
 
 
 class TimingModel:
@@ -130,7 +130,7 @@ def test_extra_rounds_reach_the_saved_pytest_benchmark_record():
     and replaces its extra_info figures: the saved JSON the report is built from holds every round."""
     from pytest_benchmark.stats import Stats
 
-    from dflash_core.bench import _benchmark_sink
+    from dflash_core.bench.cases import _benchmark_sink
 
     stats = Stats()
     for x in (1.0, 2.0, 3.0):
@@ -151,11 +151,12 @@ def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
     base rounds, then raced, both with comparison-only rounds (dflash leg and method, no normal leg: the
     speedup over greedy keeps its 3 rounds); every raced case gets its `race` record through its sink; the
     budget is the base matrix's own time (from the fake clock) times the budget fraction."""
-    import dflash_core.bench as bench
+    import dflash_core.bench.schedule as bench
+    from dflash_core.bench.cases import CaseRounds
 
     def case(method, walls, kinds=("exact",), width=2):
         sunk = []
-        c = bench.CaseRounds(method, width, [1.0] * len(walls), list(walls), [], list(kinds), {},
+        c = CaseRounds(method, width, [1.0] * len(walls), list(walls), [], list(kinds), {},
                              lambda s, info, sunk=sunk: sunk.append((s, dict(info))), [0.5] * len(walls))
         return c, sunk
 
@@ -198,10 +199,11 @@ def test_run_race_races_exact_speculative_cases_and_records_each(monkeypatch):
 def test_top_up_gives_every_case_the_minimum_in_seeded_round_robin_passes():
     """top_up: cases below the minimum get one comparison round per pass until each has it; a case already at
     the minimum gets none; the order of each pass depends on the seed (and only on it)."""
-    import dflash_core.bench as bench
+    import dflash_core.bench.schedule as bench
+    from dflash_core.bench.cases import CaseRounds
 
     def run(seed):
-        cases = {k: bench.CaseRounds(k, 2, [1.0] * n, [0.5] * n, [], ["exact"], {}, None, [0.5] * n)
+        cases = {k: CaseRounds(k, 2, [1.0] * n, [0.5] * n, [], ["exact"], {}, None, [0.5] * n)
                  for k, n in (("a", 3), ("b", 4), ("c", 6), ("d", 3))}
         sess = SimpleNamespace(case_rounds=cases)
         calls = []
@@ -236,10 +238,11 @@ def test_race_line_says_what_racing_did():
 def test_base_rounds_run_in_seeded_round_robin_passes():
     """run_passes: every exact case (normal included, a diverged one never) gets exactly one round per pass, each
     pass is a permutation of the cases, and the order depends on the seed and only on it."""
-    import dflash_core.bench as bench
+    import dflash_core.bench.schedule as bench
+    from dflash_core.bench.cases import CaseRounds
 
     def session():
-        cases = {k: bench.CaseRounds(k.split("-")[0], 2, [], [], [], kinds, {})
+        cases = {k: CaseRounds(k.split("-")[0], 2, [], [], [], kinds, {})
                  for k, kinds in (("normal-w0", ["exact"]), ("a-w2", ["exact"]), ("b-w2", ["exact", "exact"]),
                                   ("c-w4", ["exact"]), ("bad-w2", ["diverged"]))}
         return SimpleNamespace(case_rounds=cases, passes=None)

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from dflash_core.bench.stats import aa_noise, bootstrap_ci, leading_width, rank_groups
 from dflash_core.report.build import build_report
 from dflash_core.report.html import render_index, render_report
 from dflash_core.report.plugin import noise_warning
-from dflash_core.report.stats import aa_noise, bootstrap_ci, leading_width, rank_groups
 
 from .report_data import bench_row, known_rounds, saved_run, with_noise
 
@@ -140,7 +140,7 @@ def test_aa_noise_spread_is_the_largest_departure_from_one():
 
 def test_measure_aa_times_normal_against_normal_with_the_case_pairing(monkeypatch):
     """A fake clock: every normal wall is 1 s, every timed one 1/(1+e) s, so round i's ratio must be 1+e_i."""
-    from dflash_core import bench
+    from dflash_core.bench import rounds as bench
 
     eps = [0.0, 0.1, -0.05]
     walls = iter([1.0] + [w for e in eps for w in (1.0, 1.0 / (1 + e))])  # warm-up, then (normal, timed) pairs

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_core.decode import greedy, speculative
-from dflash_core.proposers import OracleProposer
-from dflash_core.target import load_target
+from dflash_core.runtime.decode import greedy, speculative
+from dflash_core.runtime.proposers import OracleProposer
+from dflash_core.runtime.target import load_target
 from dflash_core.testing import TinySpec, build_real_350m, build_tiny
 
 
@@ -24,7 +24,7 @@ def test_save_pretrained_round_trip_is_exact(tmp_path):
 
 
 def test_verify_returns_taps_for_every_block_row():
-    from dflash_core.target import TargetRuntime
+    from dflash_core.runtime.target import TargetRuntime
 
     rt = TargetRuntime.from_model(build_tiny(TinySpec()))
     sess = rt.session()
@@ -47,6 +47,6 @@ def test_real_350m_config_random_weights_is_exact(tmp_path):
     ref, gstats = greedy(rt, prompt, 12, record_margins=True)
     assert len(set(ref)) > 1  # non-degenerate at this size even with std 0.02
     got, _ = speculative(rt, OracleProposer(prompt, ref, rt.vocab_size, frozenset({2, 7})), prompt, 12, 4)
-    from dflash_core.exactness import classify
+    from dflash_core.runtime.exactness import classify
 
     assert classify(got, ref, gstats.margins, rt.dtype).ok

@@ -10,12 +10,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dflash_core.decode import greedy
-from dflash_core.drafter import DrafterConfig
 from dflash_core.errors import BadInputError
-from dflash_core.target import TargetRuntime, batch_greedy, batch_taps
-from dflash_core.testing import TinySpec, build_tiny
-from dflash_core.train import (
+from dflash_core.prepare.train import (
     TrainConfig,
     eval_accuracy,
     length_buckets,
@@ -24,6 +20,10 @@ from dflash_core.train import (
     trajectories,
     trajectory_taps,
 )
+from dflash_core.runtime.decode import greedy
+from dflash_core.runtime.drafter import DrafterConfig
+from dflash_core.runtime.target import TargetRuntime, batch_greedy, batch_taps
+from dflash_core.testing import TinySpec, build_tiny
 
 
 @pytest.fixture(scope="module")

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from dflash_core import variants as V
 from dflash_core.errors import BadInputError
-from dflash_core.prepare import PrepareConfig
+from dflash_core.prepare.pipeline import PrepareConfig
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "drafter_variants.py"
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+SCRIPT = SCRIPTS / "drafter_variants.py"
+sys.path.insert(0, str(SCRIPTS))  # the study's helpers live beside its script, not in the package
+import variants as V  # noqa: E402
 
 
 def load_script():

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import MethodInfo
-from .block import BlockProposer
-from .common import MethodOptions, opt
+from .support.block import BlockProposer
+from .support.common import MethodOptions, opt
 
 ACT_GRID = {"tau": (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)}  # the calibration grid (calibrate.ACT_GRID)
 

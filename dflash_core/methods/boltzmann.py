@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass
 
 from .base import MethodInfo
-from .block import BlockProposer
-from .common import MethodOptions, context_fingerprint, first_argmax, gumbel, opt, topk
+from .support.block import BlockProposer
+from .support.common import MethodOptions, context_fingerprint, first_argmax, gumbel, opt, topk
 
 SALT_BOLTZMANN = 0xD6B017
 SALT_BMOBS = 0xB00B5

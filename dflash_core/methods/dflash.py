@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import MethodInfo
-from .block import BlockProposer
+from .support.block import BlockProposer
 
 
 class DFlashProposer(BlockProposer):

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
-from ..artifacts import tensor_bytes
 from ..errors import ArtifactError
+from ..prepare.artifacts import tensor_bytes
 from .base import Fitter, MethodInfo
-from .block import BlockProposer
-from .common import MethodOptions, opt, topk
-from .fitting import (
+from .support.block import BlockProposer
+from .support.common import MethodOptions, opt, topk
+from .support.fitting import (
     batches,
     correction_examples,
     examples_meta,

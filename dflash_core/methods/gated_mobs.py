@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 
 from .base import MethodInfo
-from .common import MethodOptions, first_argmax, opt, topk
-from .selector import PAIR_FITTER, ContextProposer
+from .support.common import MethodOptions, first_argmax, opt, topk
+from .support.selector import PAIR_FITTER, ContextProposer
 
 V11_DEFAULTS = {"temperature": 0.04, "gate": 0.08, "budget": 3, "top_k": 4, "pair_weight": 1.0, "early": 0.15}
 V11_GRID = {"temperature": (0.04, 0.08), "gate": (0.08, 0.16), "budget": (1, 2, 3), "top_k": (4, 8),

@@ -26,8 +26,9 @@ import torch
 from torch import nn
 
 from .base import Fitter, MethodInfo
-from .common import MethodOptions, context_fingerprint, first_argmax, gap_fill, opt, topk
-from .fitting import (
+from .mobs import mobs_select
+from .support.common import MethodOptions, context_fingerprint, first_argmax, gap_fill, opt, topk
+from .support.fitting import (
     eval_rows,
     head_batches,
     head_meta,
@@ -37,8 +38,7 @@ from .fitting import (
     start_head_fit,
     train_steps,
 )
-from .mobs import mobs_select
-from .selector import PAIR_FITTER, ContextProposer
+from .support.selector import PAIR_FITTER, ContextProposer
 
 JUMP_FILE = "jump_head.safetensors"
 FUSED_FILE = "fused_residual.safetensors"

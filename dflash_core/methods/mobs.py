@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 from .base import MethodInfo
 from .boltzmann import SALT_BMOBS, BoltzmannOptions, boltzmann_pick, row_margin
-from .common import TopKOptions, context_fingerprint, first_argmax, opt, topk
-from .selector import PAIR_FITTER, ContextProposer, PairScorer
+from .support.common import TopKOptions, context_fingerprint, first_argmax, opt, topk
+from .support.selector import PAIR_FITTER, ContextProposer, PairScorer
 
 # --- anchor rules and fills -------------------------------------------------------------------------
 

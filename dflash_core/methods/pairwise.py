@@ -16,8 +16,8 @@ Guidance work = K + (B-1)·K² pair scores per block (the whole block is selecte
 from __future__ import annotations
 
 from .base import MethodInfo
-from .common import TopKOptions, first_argmax, topk
-from .selector import PAIR_FITTER, ContextProposer
+from .support.common import TopKOptions, first_argmax, topk
+from .support.selector import PAIR_FITTER, ContextProposer
 
 
 def viterbi(vals: list[list[float]], start: list[float], trans: list[list[list[float]]]) -> list[int]:

@@ -35,9 +35,9 @@ import torch
 
 from ..errors import ArtifactError, BadInputError
 from .base import Fitter, MethodInfo
-from .block import BlockProposer
-from .common import MethodOptions, check_number, opt, topk
-from .fitting import correction_examples, examples_meta, ridge, split_by_trajectory, split_meta
+from .support.block import BlockProposer
+from .support.common import MethodOptions, check_number, opt, topk
+from .support.fitting import correction_examples, examples_meta, ridge, split_by_trajectory, split_meta
 
 V12_FILE = "v12_parareal.json"
 V12_ALGORITHM = "DFlash12-PARAREAL"

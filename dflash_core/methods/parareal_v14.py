@@ -24,9 +24,9 @@ import torch
 
 from ..errors import ArtifactError
 from .base import Fitter, MethodInfo
-from .block import Top2Proposer
-from .common import MethodOptions, check_number, opt
-from .fitting import correction_examples, examples_meta, ridge, split_by_trajectory, split_meta
+from .support.block import Top2Proposer
+from .support.common import MethodOptions, check_number, opt
+from .support.fitting import correction_examples, examples_meta, ridge, split_by_trajectory, split_meta
 
 V14_FILE = "v14_simple_parareal.json"
 V14_ALGORITHM = "DFlash14-Simple-PARAREAL"

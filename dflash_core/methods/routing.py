@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from ..errors import BadInputError
 from .base import MethodInfo
-from .block import BlockProposer, Top2Proposer
-from .common import MethodOptions, context_fingerprint, opt, top2, uniform
+from .support.block import BlockProposer, Top2Proposer
+from .support.common import MethodOptions, context_fingerprint, opt, top2, uniform
 
 POSITION_WEIGHT = 0.2  # priority m_i * (1 + 0.2 i): later slots need a smaller margin to be routed first
 V10_DEFAULTS = {"temperature": 0.03, "cutoff": 0.15, "budget": 1, "slope": 1.5}  # seed's frozen in-grid pick

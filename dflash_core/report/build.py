@@ -16,11 +16,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ..costmodel import unexplained_overhead
+from ..bench.costmodel import unexplained_overhead
+from ..bench.stats import aa_noise, bootstrap_ci, leading_width, quartiles, rank_groups
 from ..errors import DFlashError
 from ..options import option
 from .goals import goals
-from .stats import aa_noise, bootstrap_ci, leading_width, rank_groups
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 6
@@ -39,7 +39,7 @@ RACE_STOPS = ("separated", "cap", "budget")
 
 
 def _is_activity(v) -> bool:
-    """A case's activity block (dflash_core.activity.summary): counts, the net change and a status."""
+    """A case's activity block (dflash_core.bench.activity.summary): counts, the net change and a status."""
     return (isinstance(v, dict) and all(_is_int(v.get(k)) and v[k] >= 0 for k in ACTIVITY_COUNTS)
             and _is_int(v.get("net")) and v.get("status") in ACTIVITY_STATUS)
 
@@ -191,16 +191,6 @@ def validate_saved(doc: Any, where: str) -> None:
 
 
 # --- pooling -----------------------------------------------------------------------------------------
-
-def quartiles(xs: list[float]) -> tuple[float, float, float]:
-    """(Q1, median, Q3) with the inclusive quartile rule the benchmark uses (bench._median_iqr)."""
-    if not xs:
-        return 0.0, 0.0, 0.0
-    if len(xs) == 1:
-        return xs[0], xs[0], xs[0]
-    q = statistics.quantiles(xs, n=4, method="inclusive")
-    return q[0], statistics.median(xs), q[2]
-
 
 def model_identity(doc: dict) -> dict:
     """The hashes that say which model a run measured: the target's SHA-256s, its dtype, the artifacts'."""

@@ -110,7 +110,7 @@ def report_root(config) -> Path:
 
 def noise_warning(lab: dict) -> str | None:
     """The stderr warning of the A/A noise gate, or None when the session was quiet (or measured no A/A rounds)."""
-    from .stats import aa_noise
+    from ..bench.stats import aa_noise
 
     noise = lab.get("noise") or {}
     n = aa_noise([*noise.get("start", []), *noise.get("end", [])], noise.get("threshold", 0.05))

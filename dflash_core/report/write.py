@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..artifacts import write_atomic
+from ..prepare.artifacts import write_atomic
 from .build import DEVICE_RE, ReportInputError
 from .html import render_index, render_report
 

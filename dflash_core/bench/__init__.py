@@ -1,0 +1,2 @@
+"""One measurement: the benchmark session, paired rounds, cases, calibration, the cost model, racing,
+mechanism activity, peer rows and the one statistics module the report reads."""

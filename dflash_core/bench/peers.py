@@ -1,0 +1,152 @@
+"""Reference rows of the benchmark (peers and bounds measured in the same run, not methods).
+
+`generate` (transformers' greedy loop), `prompt_lookup` and `assisted` (transformers' own speculative
+decoders) and `dflash_transformers` (transformers' own DFlash generation, `speculation_type="dflash"`, with
+the same drafter weights as the lab's methods) are the peers; `oracle-w<w>` (drafts that replay greedy,
+tau = w + 1) is the upper bound of the lab's own loop at width w. Each runner makes one pass over the
+benchmark prompts and returns (outputs, wall seconds); `measure_reference` pairs it with `normal`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..runtime.decode import speculative
+from ..runtime.device import synchronize, torch_threads
+from .rounds import paired_rounds, verdict_fields, verdicts
+
+if TYPE_CHECKING:
+    from .session import BenchSession
+
+REFERENCES = ("generate", "prompt_lookup", "assisted", "dflash_transformers")
+
+
+def early_exit_assistant(rt, layers: int | None = None):
+    """An assistant for transformers' assisted decoding: the target's first `layers` layers + its norm/head.
+
+    Assisted decoding needs a second model with the target's vocabulary, and no smaller LFM2 exists for
+    the mini target (or for a random-weight 350M). A truncated copy of the target is the one assistant
+    every target has without training (self-speculative early exit); it is a peer row, not a method.
+    """
+    import copy
+
+    import torch
+
+    n = layers if layers is not None else max(1, rt.num_layers // 2)
+    m = copy.deepcopy(rt.model)
+    m.model.layers = torch.nn.ModuleList(list(m.model.layers)[:n])
+    m.config.num_hidden_layers = n
+    m.config.layer_types = list(m.config.layer_types)[:n]
+    return m.eval()
+
+
+def transformers_dflash_assistant(rt, prepared):
+    """The prepared drafter as transformers' `MuseGlimmerAssistantModel`, on the target's device and dtype.
+
+    Built from the drafter artifact itself (not the loaded module, which may carry repacked kernels), so the
+    weights are exactly the ones the lab's methods draft with. transformers feeds the assistant the target's
+    embeddings and hidden states unconverted, so it runs in the target's dtype.
+    """
+    from ..prepare.artifacts import load_tensor_file
+    from ..prepare.drafter_format import to_hf_model
+    from ..prepare.prepared import DRAFTER_FILE
+    from ..runtime.drafter import DFlashDrafter, DrafterConfig
+
+    blob = load_tensor_file(prepared.directory / DRAFTER_FILE)
+    drafter = DFlashDrafter(DrafterConfig.from_dict(blob["config"]))
+    drafter.load_state_dict(blob["state_dict"])
+    drafter = drafter.to(device=rt.device, dtype=rt.dtype)
+    return to_hf_model(drafter, rt.config)
+
+
+def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any) -> tuple[list[list[int]], float]:
+    """transformers' `generate` (greedy, exactly `tokens` new tokens) over every prompt; wall seconds summed."""
+    import torch
+
+    outs, wall = [], 0.0
+    pad = rt.config.pad_token_id if rt.config.pad_token_id is not None else 0
+    for p in prompt_ids:
+        inp = torch.tensor([p], device=rt.device)
+        synchronize(rt.device)
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            g = rt.model.generate(inp, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                  pad_token_id=pad, **gen_kwargs)
+        synchronize(rt.device)
+        wall += time.perf_counter() - t0
+        outs.append(g[0, len(p):].tolist())
+    return outs, wall
+
+
+def oracle_all(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
+               width: int) -> tuple[list[list[int]], float]:
+    """The lab's loop with drafts that replay greedy: every draft accepted, the best width w can do."""
+    from ..runtime.proposers import OracleProposer
+
+    outs, wall = [], 0.0
+    for p, ref in zip(prompt_ids, references):
+        ids, st = speculative(rt, OracleProposer(p, ref, rt.vocab_size), p, tokens, width, method="oracle")
+        outs.append(ids)
+        wall += st.wall_seconds
+    return outs, wall
+
+
+def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
+                     kind: str, prepared=None) -> Callable[[], tuple[list[list[int]], float]]:
+    """A callable returning (outputs, wall seconds) for one pass of reference `kind` over the prompts
+    (`prepared`: the artifacts, which `dflash_transformers` takes its drafter from)."""
+    if kind == "generate":
+        return lambda: generate_all(rt, prompt_ids, tokens)
+    if kind == "prompt_lookup":
+        return lambda: generate_all(rt, prompt_ids, tokens, prompt_lookup_num_tokens=4)
+    if kind == "assisted":
+        assistant = early_exit_assistant(rt)
+        return lambda: generate_all(rt, prompt_ids, tokens, assistant_model=assistant)
+    if kind == "dflash_transformers":
+        if prepared is None:
+            raise ValueError("the dflash_transformers reference needs the prepared drafter")
+        drafter = transformers_dflash_assistant(rt, prepared)
+        return lambda: generate_all(rt, prompt_ids, tokens, assistant_model=drafter, speculation_type="dflash")
+    if kind.startswith("oracle-w"):
+        w = int(kind[len("oracle-w"):])
+        return lambda: oracle_all(rt, prompt_ids, references, tokens, w)
+    raise ValueError(f"unknown reference {kind!r}")
+
+
+# --- the rows timed beside the methods ----------------------------------------------------------------
+
+def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None) -> dict:
+    """Time reference `kind` (dflash_core.bench.peers) against `normal` in `rounds` paired rounds."""
+    runner = reference_runner(sess.rt, sess.prompt_ids, sess.references, sess.cfg.tokens, kind, sess.prepared)
+
+    def run():
+        outs, wall = runner()
+        return wall, outs
+
+    with torch_threads(sess.cfg.threads):
+        pr = paired_rounds(sess, run, rounds, benchmark)
+    figs = pr.figures(sess.cfg.tokens * len(sess.prompt_ids))
+    return {"reference": kind, "device": sess.rt.device.type,
+            **{k: figs[k] for k in ("tokens_per_second", "tokens_per_second_iqr", "speedup", "speedup_iqr",
+                                    "speedup_rounds", "rounds")},
+            **verdict_fields(verdicts(sess, pr.results[0]))}
+
+def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) -> dict:
+    """t_verify(w) / t_decode at the first prompt's context: what a block verify costs in decode steps.
+
+    Steady state, as inside the loop: one recording session, warmed by a verify, then each timed verify of
+    `block_len` rows is rolled back whole so the context stays put (the first forward after a prefill is
+    slower and would inflate both numbers).
+    """
+    with torch_threads(sess.cfg.threads):
+        return _verify_cost_curve(sess, widths, calls)
+
+def _verify_cost_curve(sess: BenchSession, widths: list[int], calls: int) -> dict:
+    from .costmodel import verify_times
+
+    p = sess.prompt_ids[0] + sess.references[0][: max(0, sess.cfg.tokens // 2)]
+    t = verify_times(sess.rt, p, sorted({1, *(w + 1 for w in widths)}), calls)
+    curve = {str(w): float(t[w + 1] / t[1]) for w in widths}
+    return {"t_decode_seconds": float(t[1]), "ratio": curve, "calls_per_point": calls}

@@ -1,0 +1,165 @@
+"""The benchmark session, built once per pytest session: it loads the target, verifies (or prepares) the
+artifacts, encodes the held-out benchmark prompts, computes the greedy references, measures the target's
+component costs and runs every calibration on the calibration prompts only. It also builds the lab section of
+benchmark.json, the only thing the report builder reads of the session."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..options import env_value
+from ..runtime.decode import greedy
+from ..runtime.device import torch_threads
+from .calibration import auto_widths, calibrate_all, calibration_context
+from .config import BenchConfig
+
+
+@dataclass
+class BenchSession:
+    cfg: BenchConfig
+    rt: Any
+    prepared: Any
+    family: str
+    prompts: list[str]
+    prompt_ids: list[list[int]]
+    references: list[list[int]]
+    margins: list[list[float]]
+    calibration: dict = field(default_factory=dict)  # method -> calibration record (with "selected")
+    options: dict = field(default_factory=dict)  # method -> proposer options chosen by calibration
+    tuned_widths: dict = field(default_factory=dict)
+    traces: dict = field(default_factory=dict)  # "<method>-w<width>" -> first prompt's verify rounds
+    cases: dict = field(default_factory=dict)  # method -> widths measured (normal: [0])
+    aa_rounds: dict = field(default_factory=dict)  # "start"/"end" -> A/A paired speedup rounds (measure_aa)
+    case_rounds: dict = field(default_factory=dict)  # "<method>-w<width>" -> CaseRounds (what racing extends)
+    matrix_started: float | None = None  # perf_counter at the first measured case (racing's time budget)
+    race: dict | None = None  # racing.race's record, once run_race ran
+    bench_widths: list[int] = field(default_factory=list)  # the widths auto_widths chose (--bench-widths auto)
+    width_choice: dict | None = None  # auto_widths' record: its cost-model table per width and the rule
+    passes: dict | None = None  # run_passes' record: the base rounds after the first, round-robin over the cases
+    width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
+    target_costs: Any = None  # costmodel.ComponentCosts at the benchmark context (session_costs)
+    calibration_costs: Any = None  # the same at a calibration prompt's context (calibrate_all)
+
+    def options_for(self, method: str, width: int) -> dict:
+        """The options calibrated at `width`; at an uncalibrated width those of the nearest calibrated one
+        (the lower on a tie); a method calibrated at no width: `options` (its default: none)."""
+        per = self.width_options.get(method) or {}
+        if not per:
+            return dict(self.options.get(method, {}))
+        w = min(per, key=lambda c: (abs(c - width), c))
+        return dict(per[w])
+
+    @property
+    def block_size(self) -> int:
+        return int(self.prepared.drafter.cfg.block_size)
+
+    def record_case(self, method: str, width: int, trace: list) -> None:
+        """A measured case: its width joins the method's widths and its first 16 rounds become its trace."""
+        ws = self.cases.setdefault(method, [])
+        if width not in ws:
+            ws.append(width)
+            ws.sort()
+        self.traces[f"{method}-w{width}"] = trace[:16]
+
+    def widths(self) -> list[int]:
+        """Every width a case was measured at (0 for normal), ascending."""
+        return sorted({w for ws in self.cases.values() for w in ws})
+
+    def token_text(self) -> dict[str, str]:
+        """id -> its text, for the ids in the recorded traces (the explorer shows text, not bare ids)."""
+        if getattr(self.rt, "tokenizer", None) is None:
+            return {}
+        ids = {int(t) for tr in self.traces.values() for r in tr for t in [*r["draft"], r["token"]]}
+        return {str(i): self.rt.decode([i]) for i in sorted(ids)}
+
+    def cost_model_section(self) -> dict:
+        """The cost model's constants and the target costs it used (costmodel), as plain data."""
+        from .costmodel import OBJECTIVE, QUIET_SPREAD, RATIO_BAND
+
+        return {"objective": OBJECTIVE, "quiet_spread": QUIET_SPREAD, "ratio_band": list(RATIO_BAND),
+                "target_costs": self.target_costs.to_dict() if self.target_costs is not None else None,
+                "calibration_costs": self.calibration_costs.to_dict() if self.calibration_costs is not None
+                else None}
+
+    def lab_section(self) -> dict:
+        """The `dflash` section of the saved benchmark JSON: settings, target, provenance, calibration,
+        traces and the method registry, as plain data (the report builder reads nothing else of the session)."""
+        from ..methods import METHODS
+        from ..prepare.artifacts import target_identity, versions
+
+        man = self.prepared.manifest
+        return {
+            "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size,
+                         "base_rounds_schedule": self.passes, "width_choice": self.width_choice},
+            "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
+                       "kernels": self.rt.kernels, "source": self.rt.source},
+            "provenance": {"versions": versions(), "seeds": man.get("seeds"),
+                           "artifacts": {"directory": str(self.prepared.directory), "files": man.get("files"),
+                                         "created_utc": man.get("created_utc")},
+                           "drafter": {k: man.get("drafter", {}).get(k) for k in (
+                               "config", "parameters", "final_loss", "heldout_position_accuracy",
+                               "train_position_accuracy", "heldout_sequences", "best_step")},
+                           "fits": man.get("fits")},
+            "calibration": self.calibration,
+            "tuned_widths": self.tuned_widths,
+            "traces": self.traces,
+            "noise": {"start": self.aa_rounds.get("start", []), "end": self.aa_rounds.get("end", []),
+                      "threshold": self.cfg.noise_threshold},
+            "race": self.race,
+            "cost_model": self.cost_model_section(),
+            "token_text": self.token_text(),
+            "methods": {mid: {"index": m.index, "label": m.label, "mechanism": m.mechanism,
+                              "complexity": m.complexity, "stages": list(m.stages), "why_inactive": m.why_inactive}
+                        for mid, m in METHODS.items()},
+        }
+
+def open_session(cfg: BenchConfig) -> BenchSession:
+    """Load, prepare, encode, reference and calibrate. Calibration never sees benchmark prompts.
+
+    Runs with `cfg.threads` torch threads and restores the caller's count (the measure_* functions set it
+    again for their own work), so opening a session changes nothing outside it.
+    """
+    cfg = cfg.sized()
+    with torch_threads(cfg.threads):
+        return _open(cfg)
+
+def _open(cfg: BenchConfig) -> BenchSession:
+    from ..prepare.data import check_disjoint, load_prompts
+    from ..prepare.pipeline import PrepareConfig, family_for, load_prepared, prepare
+    from ..runtime.target import load_target
+
+    # A hub revision reaches the child pytest of `bench` as DFLASH_REVISION (it has no pytest option).
+    where = {"revision": rev} if (rev := env_value("revision")) else {}
+    prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
+    rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels, **where)
+    prepared = load_prepared(rt, drafter=cfg.drafter)
+    family = family_for(rt, PrepareConfig())
+    ps = load_prompts(family)
+    check_disjoint({"train": ps.train, "calibration": ps.calibration, "benchmark": ps.benchmark})
+    prompts = list(ps.benchmark[: cfg.prompt_limit])
+    ids = [rt.encode(p) for p in prompts]
+    refs, margins = [], []
+    for p in ids:
+        r, st = greedy(rt, p, cfg.tokens, record_margins=True)
+        refs.append(r)
+        margins.append(st.margins)
+    sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
+    session_costs(sess)
+    cal_texts = list(ps.calibration[: cfg.calibration_prompt_limit])
+    ctx = calibration_context(sess, cal_texts)  # once: auto_widths and every calibrator share it
+    if not cfg.calibration_widths:  # --bench-widths auto
+        sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
+    calibrate_all(sess, cal_texts, ctx)
+    return sess
+
+def session_costs(sess: BenchSession):
+    """The target's component costs at the benchmark context (first prompt plus half its reference, as
+    `verify_cost_curve`), with the mean prefill of the benchmark prompts; measured once per session."""
+    from .costmodel import target_costs
+
+    if sess.target_costs is None:
+        with torch_threads(sess.cfg.threads):
+            ctx = sess.prompt_ids[0] + sess.references[0][: max(0, sess.cfg.tokens // 2)]
+            sess.target_costs = target_costs(sess.rt, ctx, sess.block_size, sess.prompt_ids)
+    return sess.target_costs

@@ -1,0 +1,98 @@
+"""Training data for the methods' auxiliary heads and fits, built once from the teacher trajectories.
+
+For each trajectory and anchor position a (the last committed token), the drafter is run exactly as at
+inference (context = target taps of rows < a); we keep its logits' top-K, its hidden rows, the fused
+context vector of the last context row, the previous token and the true next B tokens (labels).
+The top-K follows the lab's tie rule (`common.topk_tensors`), as inference does.
+
+Each trajectory costs one target forward (taps and target logits together), so the fits read an evenly
+spread subset of the trajectories (`fitting.plan_examples`) rather than a few anchors of every one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from ...prepare.train import trajectory_taps
+from ...runtime.drafter import DraftState
+from .common import topk_tensors
+
+
+@dataclass
+class DraftExamples:
+    anchors: list[tuple[int, int]]  # (trajectory index, anchor position)
+    prev: torch.Tensor  # [N] anchor token id (the last committed token)
+    labels: torch.Tensor  # [N, B] true next B tokens (teacher greedy continuation)
+    topk_ids: torch.Tensor  # [N, B, K]
+    topk_vals: torch.Tensor  # [N, B, K] drafter logits of those ids
+    logits: torch.Tensor | None  # [N, B, V] full drafter logits (only when asked; memory heavy)
+    hidden: torch.Tensor  # [N, B, H] drafter hidden rows
+    context: torch.Tensor  # [N, H] fused target feature of the last context row (the "context vector")
+    target_logits: torch.Tensor | None  # [N, B, K] target logits of the top-K ids at the B positions
+    stride: int = 1  # anchor stride the examples were taken with
+    trajectories: list[int] = field(default_factory=list)  # trajectory indices the anchors come from (sorted)
+
+
+def target_rows(rt, seq: Sequence[int], taps: Sequence[int], with_logits: bool):
+    """(taps [T, F], target logits [T, V] float32 or None) of every row of `seq` from ONE uncached forward.
+
+    Bit for bit what `train.trajectory_taps` and a separate logits forward give (tests check it), at half
+    the target forwards.
+    """
+    if not with_logits:
+        return trajectory_taps(rt, seq, taps), None
+    ids_t = torch.tensor([list(seq)], dtype=torch.long, device=rt.device)
+    with torch.inference_mode():
+        out = rt.model(input_ids=ids_t, use_cache=False, output_hidden_states=[int(t) + 1 for t in taps])
+        hidden = torch.cat([out.hidden_states[int(t) + 1][0] for t in taps], dim=-1).detach().cpu()
+        logits = out.logits[0].float().cpu()
+    return hidden, logits
+
+
+@torch.no_grad()
+def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool = False,
+                   with_target: bool = True, max_examples: int | None = None,
+                   trajectories: Sequence[int] | None = None) -> DraftExamples:
+    """Run the drafter at every `stride`-th continuation anchor of the trajectories with the given indices
+    (None: all; train data only), stopping after `max_examples` anchors."""
+    rt, drafter = ctx.rt, ctx.drafter
+    B = drafter.cfg.block_size
+    embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+    out = {k: [] for k in ("prev", "labels", "ids", "vals", "logits", "hidden", "context", "tgt")}
+    anchors = []
+    chosen = range(len(ctx.trajectories)) if trajectories is None else sorted(set(trajectories))
+    for ti in chosen:
+        seq, plen = ctx.trajectories[ti], ctx.prompt_lens[ti]
+        taps, tlog = target_rows(rt, seq, drafter.cfg.taps, with_target)
+        st = DraftState(drafter)  # one incremental context per trajectory: drafting never mutates it
+        for a in range(max(plen, 1), len(seq) - B, stride):
+            st.extend(taps[st.length:a])
+            lg, hid = st.draft(seq[a], embed, head)
+            lg = lg.float().cpu()
+            i, v = topk_tensors(lg, top_k)
+            anchors.append((ti, a))
+            out["prev"].append(seq[a])
+            out["labels"].append(torch.tensor(seq[a + 1:a + 1 + B]))
+            out["ids"].append(i)
+            out["vals"].append(v)
+            out["hidden"].append(hid.float().cpu())
+            fused = drafter.fuse(taps[a - 1:a].to(next(drafter.parameters()).dtype))[0]
+            out["context"].append(fused.float().cpu())
+            if keep_full_logits:
+                out["logits"].append(lg)
+            if tlog is not None:
+                # target logits at rows a..a+B-1 predict tokens a+1..a+B: gather the drafter's candidates
+                out["tgt"].append(tlog[a:a + B].gather(1, i))
+            if max_examples and len(anchors) >= max_examples:
+                break
+        if max_examples and len(anchors) >= max_examples:
+            break
+    return DraftExamples(
+        anchors=anchors, prev=torch.tensor(out["prev"]), labels=torch.stack(out["labels"]),
+        topk_ids=torch.stack(out["ids"]), topk_vals=torch.stack(out["vals"]),
+        logits=torch.stack(out["logits"]) if keep_full_logits else None, hidden=torch.stack(out["hidden"]),
+        context=torch.stack(out["context"]), target_logits=torch.stack(out["tgt"]) if with_target else None,
+        stride=stride, trajectories=sorted({t for t, _ in anchors}))

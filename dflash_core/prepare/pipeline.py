@@ -1,0 +1,303 @@
+"""`prepare`: build what the methods need, reproducibly, into the artifact cache.
+
+Steps: (mini only) build the embedded target; teacher trajectories = the target's own greedy
+continuations of the train seeds; hidden-state taps; train the DFlash drafter; then every registered
+fitter (aux heads and fits of methods 02-14) adds its files. Everything lands in
+`$DFLASH_HOME/artifacts/<target key>/` with a manifest of SHA-256, sizes, configs, versions and seeds.
+The key is the target's content hash, so a copied checkpoint finds the same artifacts. prepare holds the
+home's lock while it runs (readers wait for it), logs its progress through `logging` ("dflash_core.*"
+loggers, timestamped), and leaves the caller's torch thread count as it found it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import ArtifactError, BadInputError
+from .artifacts import (
+    TARGET_MANIFEST,
+    adopt_legacy_artifacts,
+    file_entry,
+    home_lock,
+    read_manifest,
+    target_identity,
+    tensor_bytes,
+    verify_target_files,
+    write_atomic,
+    write_json_atomic,
+    write_manifest,
+    write_target_manifest,
+)
+from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
+from .train import TrainConfig
+
+TRAJ_FILE = "trajectories.json"
+# What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
+# (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
+RECIPE = "2026-11-30c: block 16 drafter (the real decode: tau 4.92 at width 16 vs 4.47-4.57 for block 8)"
+DEFAULTS_SHA256 = "4002e19a08d5035af8e7ff1afff52639b1233549f989d9d3f1c0bbcc0d83af38"
+
+
+@dataclass(frozen=True)
+class PrepareConfig:
+    family: str | None = None  # prompt family; None: the checkpoint's own (mini: 'code'), else 'english'
+    traj_tokens: int = 64
+    corpus_seeds: int = 2368  # extra train seeds cut from the mini target's corpus (mini only); teacher
+    # generation is batched by prompt length, so 2400 seeds x 64 tokens cost about what 224 cost one at a time
+    random_seeds: int = 0  # tokenizer-less targets: seeded random id prompts
+    n_taps: int = 3
+    block_size: int = 16  # docs/drafter-variants.md: block 16 beats block 8 in the real decode on this CPU
+    drafter_layers: int = 1
+    drafter_heads: int = 4
+    drafter_intermediate: int | None = None  # None: 2 x target hidden
+    train: TrainConfig = field(default_factory=TrainConfig)
+    aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
+    aux_max_examples: int | None = None  # cap on draft examples used by the fits (None: all)
+    threads: int = 2
+    seed: int = 7
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+log = logging.getLogger(__name__)
+
+
+def _log(msg: str) -> None:
+    log.info(msg)
+
+
+def family_for(rt, cfg: PrepareConfig) -> str:
+    """The prompt family: asked for, else what the checkpoint says about itself (mini_target_meta.json), else
+    'english'. Never inferred from the target's name or folder."""
+    if cfg.family:
+        return cfg.family
+    return getattr(rt, "info", {}).get("family") or "english"
+
+
+def train_seed_ids(rt, cfg: PrepareConfig, family: str) -> list[list[int]]:
+    """Encoded train seeds. Mini adds deterministic corpus lines; tokenizer-less targets get random ids.
+
+    Held-out guard (`heldout`): the family's seeds are refused if one shares an n-gram with a benchmark or
+    calibration prompt; for the mini target the whole corpus is checked first (refused if it leaks: a
+    target that memorised a held-out prompt cannot be fixed by dropping seeds), so the lines cut from it
+    are clean by construction (units never span lines), and re-checked all the same.
+    """
+    from .data import load_prompts
+    from .heldout import check_clean, shipped_held_out
+
+    if rt.tokenizer is None:
+        r = random.Random(cfg.seed)
+        n = max(cfg.random_seeds, 8)
+        return [[r.randrange(3, rt.vocab_size) for _ in range(r.randrange(2, 12))] for _ in range(n)]
+    held = shipped_held_out()
+    ps = load_prompts(family)
+    texts = list(ps.train)
+    check_clean(texts, held, f"the {family!r} train seeds", names=[repr(t) for t in texts],
+                fix="remove or change that train seed in data/prompts.json")
+    corpus_files = getattr(rt, "info", {}).get("mini_corpus_files")  # set when the checkpoint is a mini target
+    if corpus_files:
+        from .minitarget import MiniTargetConfig, check_corpus, corpus_texts
+        from .minitarget import corpus_files as corpus_paths
+
+        mcfg = MiniTargetConfig(corpus_files=corpus_files)
+        corpus = corpus_texts(mcfg)
+        check_corpus(corpus, [p.name for p in corpus_paths(mcfg)])
+        if cfg.corpus_seeds:
+            lines = [ln.rstrip() for t in corpus for ln in t.splitlines()]
+            lines = [ln for ln in lines if 12 <= len(ln.strip()) <= 80]
+            r = random.Random(cfg.seed)
+            cut = r.sample(lines, min(cfg.corpus_seeds, len(lines)))
+            check_clean(cut, held, "the train seeds cut from the corpus", names=[repr(t) for t in cut])
+            texts += cut
+    return [rt.encode(t) for t in texts]
+
+
+def drop_leaking_trajectories(rt, trajs: list[list[int]], seeds: list[list[int]]):
+    """Teacher trajectories are generated text: one that shares an n-gram with a held-out prompt is dropped
+    (with its seed) before anything trains on it. Returns (trajectories, seeds, held-out record)."""
+    from .heldout import NO_TEXT_REASON, UNIT_RULE, decoder_of, filter_clean, shipped_held_out
+
+    held = shipped_held_out()
+    record: dict[str, Any] = {"rule": UNIT_RULE, "held_out_ngrams": len(held.grams)}
+    decode = decoder_of(rt)
+    if decode is None:
+        _log(f"held-out check of the teacher trajectories skipped: {NO_TEXT_REASON}")
+        return trajs, seeds, {**record, "trajectories_checked": False, "why_unchecked": NO_TEXT_REASON}
+    keep, drop = filter_clean([decode(t) for t in trajs], held)
+    if drop:
+        log.warning("dropped %d of %d teacher trajectories that share an n-gram with a held-out prompt (%s)",
+                    len(drop), len(trajs), drop[:8])
+    if not keep:
+        raise BadInputError("every teacher trajectory shares an n-gram with a held-out prompt: choose other train "
+                            "seeds or held-out prompts (data/prompts.json)")
+    record.update({"trajectories_checked": True, "trajectories_generated": len(trajs),
+                   "trajectories_dropped": len(drop), "dropped_indexes": drop,
+                   "corpus_checked": bool(getattr(rt, "info", {}).get("mini_corpus_files"))})
+    return [trajs[i] for i in keep], [seeds[i] for i in keep], record
+
+
+def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
+    if target != "mini":
+        return
+    from .artifacts import mini_target_dir
+
+    d = mini_target_dir(home)
+    if (d / "config.json").is_file() and not refresh:
+        if not (d / TARGET_MANIFEST).is_file():
+            _log(f"recording {TARGET_MANIFEST} for the mini target in {d} (built before target manifests existed)")
+            write_target_manifest(d)
+            return
+        try:
+            verify_target_files(d, "rebuilding it")
+            return
+        except ArtifactError as exc:
+            log.warning("the mini target is damaged, rebuilding it: %s", exc)
+    from .minitarget import build_mini_target
+
+    _log(f"building the embedded mini target into {d} (a few minutes on 2 cores)")
+    build_mini_target(d, progress=progress)
+
+
+def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,
+            cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
+            drafter: str | None = None) -> Path:
+    """Build (or verify) every artifact for `target`; returns the artifact directory.
+
+    With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
+    run, the CLI), whatever config the home was prepared with is reused, as long as it was built by this
+    RECIPE (a home prepared on purpose with a custom config is not silently rebuilt at the defaults).
+    `threads` overrides cfg.threads (the torch intra-op threads prepare trains with; recorded, not compared:
+    on this lab's CPU kind the mini build gave identical weights with 1 and 2 threads, docs/mini-target.md).
+    The caller's own torch thread count is restored afterwards.
+    `drafter`: a transformers-format DFlash drafter (directory or hub id) used instead of training one; its
+    artifacts (every fitter runs on it) go to their own directory, keyed by the drafter's content hash.
+    Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
+    """
+    from ..progress import ensure_console_logging
+    from ..runtime.device import torch_threads
+
+    accept_recorded = cfg is None
+    cfg = cfg or PrepareConfig()
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise BadInputError(f"--threads must be an integer >= 1, got {threads!r}")
+        cfg = replace(cfg, threads=threads)
+    ensure_console_logging()
+    with torch_threads(cfg.threads), home_lock(home, wait_message="another prepare is running"):
+        return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt,
+                        accept_recorded=accept_recorded, drafter=drafter)
+
+
+def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False) -> str | None:
+    """Why a manifest's artifacts are not what `cfg` asks for (None when they are): another RECIPE, or (unless
+    `accept_recorded`) other settings. `threads` is recorded but not compared (see `prepare`)."""
+    if doc.get("recipe") != RECIPE:
+        return f"built by another prepare recipe ({doc.get('recipe')!r} != {RECIPE!r})"
+    want = {k: v for k, v in json.loads(json.dumps(cfg.to_dict())).items() if k != "threads"}
+    have = doc.get("prepare_config")
+    if not isinstance(have, dict):
+        return "the manifest records no prepare config"
+    have = {k: v for k, v in have.items() if k != "threads"}
+    if have == want or accept_recorded:
+        return None
+    diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+    return "built with another prepare config (" + ", ".join(
+        f"{k}: {have.get(k)!r} != {want.get(k)!r}" for k in diff[:4]) + ")"
+
+
+def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
+             accept_recorded: bool = False, drafter: str | None = None) -> Path:
+    import torch
+
+    from ..methods import FitContext, fit_files, fitters
+    from ..runtime.drafter import DrafterConfig, default_taps, parameter_count
+    from ..runtime.target import load_target
+    from .drafter_format import mask_token_for
+    from .train import train_drafter, trajectories
+
+    t_start = time.perf_counter()
+    if rt is None:
+        ensure_target(target, home, refresh, progress)
+        rt = load_target(target, "cpu", "float32", home=home)
+    ident = target_identity(rt)
+    imported, source_sha = None, None
+    if drafter:
+        from .drafter_format import drafter_digest, load_hf_drafter, resolve_drafter_source
+
+        source = resolve_drafter_source(drafter)
+        source_sha = drafter_digest(source)
+        imported = load_hf_drafter(source, rt, ident)  # refuses a drafter made for another target, before any work
+    out = prepared_dir(ident, home, source_sha)
+    if not refresh and imported is None:
+        moved = adopt_legacy_artifacts(rt.model, ident, home)
+        if moved is not None:
+            _log(f"moved the artifacts of a home prepared before content keys to {moved} (files unchanged)")
+        try:
+            doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *fit_files()))
+            why = config_mismatch(doc, cfg, accept_recorded)
+            if why:
+                raise ArtifactError(f"{out / 'manifest.json'} was {why}")
+            _log(f"artifacts for {rt.name} are present and verified in {out}")
+            return out
+        except ArtifactError as exc:
+            if (out / "manifest.json").exists():
+                _log(f"rebuilding: {exc}")
+    family = family_for(rt, cfg)
+    torch.manual_seed(cfg.seed)
+    seeds = train_seed_ids(rt, cfg, family)
+    _log(f"teacher trajectories: {len(seeds)} seeds x {cfg.traj_tokens} greedy tokens")
+    t0 = time.perf_counter()
+    trajs = trajectories(rt, seeds, cfg.traj_tokens, progress=progress)
+    t_traj = time.perf_counter() - t0
+    _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
+    trajs, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
+    if imported is not None:
+        dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
+        _log(f"using the transformers-format drafter {drafter} (block {dcfg.block_size}, taps {list(dcfg.taps)})")
+        drafter = imported
+    else:
+        dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size,
+                             taps=default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers)),
+                             block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
+                             intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
+                             mask_token_id=mask_token_for(rt.config))
+        _log(f"training the drafter ({cfg.train.steps} steps, block {cfg.block_size}, taps {list(dcfg.taps)})")
+        drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress)
+    files: dict[str, dict] = {}
+    sd = {k: v.detach().float().cpu().contiguous() for k, v in drafter.state_dict().items()}
+    write_atomic(out / DRAFTER_FILE, tensor_bytes({"config": dcfg.to_dict(), "state_dict": sd}))
+    files[DRAFTER_FILE] = file_entry(out / DRAFTER_FILE)
+    write_json_atomic(out / TRAJ_FILE, {"family": family, "prompt_lens": [len(s) for s in seeds],
+                                        "sequences": trajs})
+    files[TRAJ_FILE] = file_entry(out / TRAJ_FILE)
+    fits: dict[str, Any] = {}
+    ctx = FitContext(rt, drafter, trajs, [len(s) for s in seeds], cfg, family, progress)
+    for fitter in fitters():
+        _log(f"fitting {fitter.name}")
+        res = fitter(ctx)
+        for fname, data in res.get("files", {}).items():
+            write_atomic(out / fname, data)
+            files[fname] = file_entry(out / fname)
+        fits[fitter.name] = res.get("meta", {})
+    extra = {
+        "recipe": RECIPE,
+        "prepare_config": cfg.to_dict(),
+        "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": family, "train_seed_count": len(seeds)},
+        "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),
+                    **metrics},
+        "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj,
+                    "tokens": len(trajs) * cfg.traj_tokens, "batched": "by prompt length, no padding"},
+        "fits": fits,
+        "held_out": held_record,
+        "prepare_seconds": time.perf_counter() - t_start,
+    }
+    write_manifest(out, ident, files, extra)
+    _log(f"done in {time.perf_counter() - t_start:.1f}s -> {out}")
+    return out
