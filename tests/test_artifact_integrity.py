@@ -153,8 +153,8 @@ def test_cli_without_logging_setup_gets_timestamped_lines_on_stderr():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[1])
     assert proc.stdout == ""
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d INFO dflash_core\.prepare\.pipeline: teacher trajectories: 3 seeds\n",
-                        proc.stderr), proc.stderr
+    line = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d INFO dflash_core\.prepare\.pipeline: teacher trajectories: 3 seeds\n"
+    assert re.fullmatch(line, proc.stderr), proc.stderr
 
 
 def test_malformed_tokenizer_json_is_named(lab, tmp_path):
