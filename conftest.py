@@ -14,11 +14,11 @@ pytest_plugins = ["dflash_core.report.plugin"]
 
 def pytest_addoption(parser):
     from dflash_core.errors import DFlashError
-    from dflash_core.options import add_pytest_option
+    from dflash_core.options import add_pytest_option, pytest_options
 
     group = parser.getgroup("dflash", "DFlash Mini Lab")
     try:
-        for name in ("target", "device", "dtype", "kernels"):
+        for name in pytest_options("root"):
             add_pytest_option(group, name)
     except DFlashError as exc:
         raise pytest.UsageError(str(exc)) from exc

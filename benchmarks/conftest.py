@@ -11,19 +11,17 @@ import random
 import pytest
 
 SESSION_KEY = "dflash_bench_session"
-_TABLE_OPTIONS = ("tokens", "prompt_limit", "rounds", "threads", "calibration_tokens", "calibration_prompt_limit",
-                  "widths", "seed", "noise_threshold", "resolution", "race_max", "drafter")
 
 
 def pytest_addoption(parser):
     from dflash_core.errors import DFlashError
-    from dflash_core.options import add_pytest_option
+    from dflash_core.options import add_pytest_option, pytest_options
 
     g = parser.getgroup("dflash-bench", "DFlash Mini Lab benchmark")
     g.addoption("--smoke", action="store_true", help="1 prompt, 8 tokens, 1 round")
     g.addoption("--tune", action="store_true", help="choose each method's width among 1, 2, 4 on calibration prompts")
     try:
-        for name in _TABLE_OPTIONS:
+        for name in pytest_options("bench"):
             add_pytest_option(g, name)
     except DFlashError as exc:
         raise pytest.UsageError(str(exc)) from exc

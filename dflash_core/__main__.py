@@ -14,14 +14,14 @@ from . import options
 from .errors import BadInputError, DFlashError
 
 # Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
-RUN_OPTIONS = ("target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter")
-PREPARE_OPTIONS = ("target", "revision", "home", "threads", "drafter")
-BENCH_OPTIONS = ("target", "revision", "home", "device", "dtype", "kernels", "drafter")
-EXPORT_OPTIONS = ("target", "home")
-EXPORT_DRAFTER_OPTIONS = ("target", "revision", "home")
-IMPORT_OPTIONS = ("home",)
+RUN_OPTIONS = options.for_command("run")
+PREPARE_OPTIONS = options.for_command("prepare")
+BENCH_OPTIONS = options.for_command("bench")
+EXPORT_OPTIONS = options.for_command("export")
+EXPORT_DRAFTER_OPTIONS = options.for_command("export-drafter")
+IMPORT_OPTIONS = options.for_command("import")
 # What `bench` hands to the child pytest as options (the child reads the environment through the same table).
-BENCH_FORWARDED = ("target", "device", "dtype", "kernels", "drafter")
+BENCH_FORWARDED = tuple(name for name in BENCH_OPTIONS if options.option(name).pytest)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--eos", action="store_true", help="stop at the target's EOS token")
     r.add_argument("--no-check", action="store_true", help="skip the greedy reference comparison")
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    sub.add_parser("methods", help="list the method registry")
+    mt = sub.add_parser("methods", help="list the method registry")
+    mt.add_argument("--markdown", action="store_true", help="the README's methods table (generated from the registry)")
     c = sub.add_parser("check", help="device check: CUDA, name, memory, capability, versions, FP16 matmul")
     c.add_argument("--device", default="cuda")
     b = sub.add_parser("bench", help="prepare what is missing, run the benchmark matrix, write reports/<device>/")
@@ -115,9 +116,12 @@ def check_target_args(target: str, home, revision: str | None) -> None:
                             "drop --revision (DFLASH_REVISION) or name a hub id")
 
 
-def cmd_methods() -> int:
-    from .methods import METHODS, method_ids
+def cmd_methods(markdown: bool = False) -> int:
+    from .methods import METHODS, markdown_table, method_ids
 
+    if markdown:
+        print(markdown_table())
+        return 0
     for mid in method_ids():
         m = METHODS[mid]
         print(f"{m.index:02d}  {m.id:<22} {m.label:<28} {m.mechanism}")
@@ -281,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     try:
         if a.cmd == "methods":
-            return cmd_methods()
+            return cmd_methods(a.markdown)
         if a.cmd == "prepare":
             return cmd_prepare(a)
         if a.cmd == "check":

@@ -60,6 +60,9 @@ class Option:
     cli: str | None = None
     pytest: str | None = None
     default_text: str | None = None  # how the README states the default (when `default` is None or terse)
+    commands: tuple[str, ...] = ()  # the `python -m dflash_core` subcommands that take `cli`
+    pytest_scope: str = "bench"  # whose conftest declares `pytest`: "root" (every pytest run) or "bench"
+    bench: bool = False  # a `bench.config.BenchConfig` field read from this table
 
     def parse(self, raw: Any, source: str) -> Any:
         """Convert and check one value; `source` names where it came from (a flag or a variable) for the error."""
@@ -98,57 +101,61 @@ class Option:
         return convert
 
 
+RUNS = ("run", "prepare")  # the subcommands that load a target and may prepare it
+
 OPTIONS: tuple[Option, ...] = (
     # The run: target, device, dtype, kernels (CLI run/prepare/bench and every pytest run).
     Option("target", "DFLASH_TARGET", "mini", "target: 'mini' (embedded default), a local checkpoint directory, "
-           "or a hub id (e.g. LiquidAI/LFM2.5-350M-Base)", cli="--target", pytest="--target"),
+           "or a hub id (e.g. LiquidAI/LFM2.5-350M-Base)", cli="--target", pytest="--target",
+           commands=RUNS + ("bench", "export", "export-drafter"), pytest_scope="root", bench=True),
     Option("revision", "DFLASH_REVISION", None, "hub revision (branch, tag or commit) of a hub-id target",
-           cli="--revision", default_text="the hub's default branch"),
+           cli="--revision", default_text="the hub's default branch", commands=RUNS + ("bench", "export-drafter")),
     Option("device", "DFLASH_DEVICE", "cpu", "device: cpu, cuda or cuda:N (no silent CPU fallback)",
-           cli="--device", pytest="--device"),
+           cli="--device", pytest="--device", commands=("run", "bench"), pytest_scope="root", bench=True),
     Option("dtype", "DFLASH_DTYPE", "auto", "target dtype: auto (float32 on CPU, DFLASH_GPU_DTYPE on CUDA), "
-           "float32, float64, float16 (CUDA only), bfloat16", choices=DTYPE_CHOICES, cli="--dtype", pytest="--dtype"),
+           "float32, float64, float16 (CUDA only), bfloat16", choices=DTYPE_CHOICES, cli="--dtype", pytest="--dtype",
+           commands=("run", "bench"), pytest_scope="root", bench=True),
     Option("gpu_dtype", "DFLASH_GPU_DTYPE", "float16", "what dtype auto means on CUDA",
            choices=DTYPE_CHOICES[1:]),
     Option("kernels", "DFLASH_KERNELS", "auto", "linear-layer path: auto (oneDNN-prepacked for CPU float32 targets "
            "with hidden >= 1024, eager otherwise), eager, onednn (CPU float32 only)", choices=KERNEL_CHOICES,
-           cli="--kernels", pytest="--kernels"),
+           cli="--kernels", pytest="--kernels", commands=("run", "bench"), pytest_scope="root", bench=True),
     Option("drafter", "DFLASH_DRAFTER", None, "a transformers-format DFlash drafter (directory or hub id) used "
            "instead of training one; prepare fits every method's artifacts on it", cli="--drafter",
-           pytest="--drafter", default_text="none: prepare trains one"),
-    Option("home", "DFLASH_HOME", None, "artifact cache: the mini target, the drafter and the method fits",
-           cli="--home", default_text="~/.cache/dflash-mini-lab"),
+           pytest="--drafter", default_text="none: prepare trains one", commands=RUNS + ("bench",), bench=True),
+    Option("home", "DFLASH_HOME", "~/.cache/dflash-mini-lab", "artifact cache: the mini target, the drafter and the "
+           "method fits", cli="--home", commands=RUNS + ("bench", "export", "import", "export-drafter")),
     Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, cli="--threads",
-           pytest="--bench-threads"),
+           pytest="--bench-threads", commands=RUNS, bench=True),
     # The benchmark matrix (benchmarks/conftest.py, BenchConfig).
     Option("tokens", "DFLASH_TOKENS", 48, "benchmark tokens per prompt", type=int, minimum=0,
-           pytest="--bench-tokens"),
+           pytest="--bench-tokens", bench=True),
     Option("rounds", "DFLASH_REPEATS", 3, "timed paired rounds per case", type=int, minimum=1,
-           pytest="--bench-rounds"),
+           pytest="--bench-rounds", bench=True),
     Option("prompt_limit", "DFLASH_PROMPT_LIMIT", 4, "held-out benchmark prompts", type=int, minimum=1,
-           pytest="--bench-prompts"),
+           pytest="--bench-prompts", bench=True),
     Option("calibration_tokens", "DFLASH_CALIBRATION_TOKENS", 24, "tokens per calibration prompt", type=int,
-           minimum=1, pytest="--calibration-tokens"),
+           minimum=1, pytest="--calibration-tokens", bench=True),
     Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 3, "calibration prompts", type=int,
-           minimum=1, pytest="--calibration-prompts"),
+           minimum=1, pytest="--calibration-prompts", bench=True),
     Option("widths", "DFLASH_WIDTHS", "auto", "verify widths to time (each <= the drafter's block size B), or "
            "auto: dflash's best width by the cost model over the measured verify-cost curve on calibration prompts, "
            "and the best at most half of it; 1,2,4,8 for a full matrix", type=_widths, pytest="--bench-widths"),
     Option("seed", "DFLASH_BENCH_SEED", 0, "seed of the benchmark's case-order rotation", type=int, minimum=0,
-           pytest="--bench-seed"),
+           pytest="--bench-seed", bench=True),
     Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.05, "A/A noise gate: when normal-vs-normal paired rounds "
            "differ from 1 by more than this fraction, bench warns and the report shows a noise banner",
-           type=_fraction, pytest="--bench-noise-threshold"),
+           type=_fraction, pytest="--bench-noise-threshold", bench=True),
     # 2 %: on the lab's 2-core CPU a case's median against dflash moved by up to 1.0 % between two quiet runs at
     # 12-15 rounds (docs/performance.md §12), and the leader's group is raced to 24, so a smaller gap to the leader
     # is not reproducible; pyperf's --min-speed and criterion's noise_threshold are the same idea. 3 % (session 7)
     # sat on the true gap between the leaders and bmobs (~3 %), so that method's group was a coin flip.
     Option("resolution", "DFLASH_RESOLUTION", 0.02, "rank groups: methods whose median is less than this fraction "
            "below the leader's share its group even when their intervals separate them (differences the lab does "
-           "not claim to reproduce; 0: intervals alone)", type=_fraction, pytest="--bench-resolution"),
+           "not claim to reproduce; 0: intervals alone)", type=_fraction, pytest="--bench-resolution", bench=True),
     Option("race_max", "DFLASH_RACE_MAX", 8, "racing cap: at the ranking width, methods in the leader's rank group "
            "get extra rounds against dflash, up to this many times --bench-rounds in total and at most half the base "
-           "matrix's own time (1: no racing)", type=int, minimum=1, pytest="--bench-race-max"),
+           "matrix's own time (1: no racing)", type=int, minimum=1, pytest="--bench-race-max", bench=True),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),
@@ -160,9 +167,17 @@ OPTIONS: tuple[Option, ...] = (
 
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 # BenchConfig fields whose value comes from this table (env, then the pytest option).
-BENCH_FIELDS = ("target", "device", "dtype", "kernels", "threads", "tokens", "rounds", "prompt_limit",
-                "calibration_tokens", "calibration_prompt_limit", "seed", "noise_threshold", "resolution", "race_max",
-                "drafter")
+BENCH_FIELDS = tuple(o.name for o in OPTIONS if o.bench)
+
+
+def for_command(command: str) -> tuple[str, ...]:
+    """The table options a `python -m dflash_core` subcommand takes, in table order."""
+    return tuple(o.name for o in OPTIONS if command in o.commands)
+
+
+def pytest_options(scope: str) -> tuple[str, ...]:
+    """The table options with a pytest flag declared by the root conftest ("root") or the benchmark's ("bench")."""
+    return tuple(o.name for o in OPTIONS if o.pytest and o.pytest_scope == scope)
 
 
 def option(name: str) -> Option:

@@ -1,7 +1,7 @@
 """Tiny hybrid LFM2 builders for tests and quick checks.
 
 Init std >= 0.1 on purpose: with the default 0.02 and tied embeddings a tiny model's greedy output just
-echoes tokens, and a broken conv-state rollback goes unnoticed (reference/env-feasibility.md section 3).
+echoes tokens, and a broken conv-state rollback goes unnoticed (docs/design.md §3).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ PATTERNS: dict[str, tuple[str, ...]] = {
     "CCACAC": ("conv", "conv", "full_attention", "conv", "full_attention", "conv"),
 }
 
-# The real LFM2-350M layout (reference/env-feasibility.md section 2).
+# The real LFM2-350M layout (docs/design.md, "The real LFM2-350M layout").
 REAL_350M_ATTENTION = (2, 5, 8, 10, 12, 14)
 
 

@@ -1,4 +1,4 @@
-"""Mechanism activity (DESIGN contract 9): the Shadowed wrapper, its counts and the trimmed-acceptance meta."""
+"""Mechanism activity (docs/design.md §9): the Shadowed wrapper, its counts and the trimmed-acceptance meta."""
 
 from __future__ import annotations
 
@@ -96,3 +96,21 @@ def test_act_reports_drafted_beside_verified(tiny_prepared):
     assert st.meta["drafted"] == st.proposed + st.meta["act_trimmed"] > st.proposed
     _, st = run_method("dspark_lite", rt, prep, PROMPTS[2], TOKENS, WIDTH, floor=0.999)
     assert st.meta["drafted"] == st.proposed + st.meta["dspark_trimmed_tokens"]
+
+
+@pytest.mark.parametrize("method", speculative_ids())
+def test_every_method_gets_an_activity_summary_and_keeps_its_output(tiny_prepared, method):
+    """Every registered method decodes under the shadow (its output unchanged, the counts consistent with the
+    verifier) and gets a labelled summary; a method added to the registry is covered without editing this file."""
+    rt, prep = tiny_prepared.rt, tiny_prepared.prepared
+    info = get_method(method)
+    prompt = PROMPTS[2]
+    plain_ids, plain = speculative(rt, info.build(rt, prep), prompt, TOKENS, WIDTH, method=method)
+    prop = _shadowed(rt, prep, info.build(rt, prep))
+    ids, st = speculative(rt, prop, prompt, TOKENS, WIDTH, method=method)
+    assert ids == plain_ids and (st.target_calls, st.accepted) == (plain.target_calls, plain.accepted)
+    c = count_rounds(prop.rounds, ids)
+    assert c["rounds"] == st.draft_calls and c["accepted"] == st.accepted
+    s = summary(method, c, info.why_inactive)
+    assert s["status"] in ("baseline", "active", "inactive") and s["net"] == c["gained"] - c["lost"]
+    assert (s["status"] == "inactive") == (method != "dflash" and c["positions_differ"] == 0)

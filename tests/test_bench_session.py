@@ -206,12 +206,13 @@ def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_
     from dflash_core.bench import calibration as bench
     from dflash_core.bench.cases import measure_pair
     from dflash_core.bench.costmodel import OBJECTIVE, choose
+    from dflash_core.methods import get_method
     from dflash_core.methods.runner import run_method
     from dflash_core.prepare.data import load_prompts
 
     texts = list(load_prompts("code").calibration[:2])
     monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]][: len(t)])
-    monkeypatch.setattr(bench, "CALIBRATORS", {"act": bench._calibrator("calibrate_act")})
+    monkeypatch.setattr(bench, "calibrated", lambda: [get_method("act")])
     session.cfg = dataclasses.replace(session.cfg, calibration_widths=(2, 1, 99), calibration_tokens=TOKENS)
     bench.calibrate_all(session, texts)
     rec = session.calibration["act"]

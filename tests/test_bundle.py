@@ -1,4 +1,4 @@
-"""Portable prepared bundles (DESIGN 10): export -> import reproduces the home byte for byte, and every kind of
+"""Portable prepared bundles (docs/design.md §10): export -> import reproduces the home byte for byte, and every kind of
 bad bundle (corrupt, truncated, escaping, mismatched) is refused with the home left exactly as it was."""
 
 from __future__ import annotations

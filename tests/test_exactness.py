@@ -1,6 +1,6 @@
 """Speculative decoding is token-exact against greedy, for every proposer regime and every method (Hypothesis).
 
-Strict in float64; under the tie certificate of DESIGN contract 1 in float32. The negative control (a
+Strict in float64; under the tie certificate of docs/design.md §1 in float32. The negative control (a
 rollback that crops attention K/V only) must be caught by the same property.
 """
 

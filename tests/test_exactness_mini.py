@@ -1,5 +1,5 @@
 """Every speculative method (01-14) is exact on the prepared mini target, with Hypothesis (float32: exact
-or tie-certified, DESIGN contract 1). Needs the prepared mini target, so these carry the `mini` marker.
+or tie-certified, docs/design.md §1). Needs the prepared mini target, so these carry the `mini` marker.
 
 Prompts are drawn from all three held-out-disciplined sets of the code family (train seeds included: the
 property is about the decode loop, not generalisation) and cut at a drawn token, so anchors land inside

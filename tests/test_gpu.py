@@ -1,4 +1,4 @@
-"""GPU exactness (DESIGN contract 1). Marked `gpu`: skipped without CUDA, a failure with DFLASH_REQUIRE_GPU=1.
+"""GPU exactness (docs/design.md §1). Marked `gpu`: skipped without CUDA, a failure with DFLASH_REQUIRE_GPU=1.
 
 float32 with TF32 off must be token-identical to greedy on the same GPU; float16 / bfloat16 get the
 certificate: any divergence from sequential greedy must sit at a near-tie below the dtype's tolerance.

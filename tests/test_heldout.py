@@ -1,4 +1,4 @@
-"""Held-out by construction (DESIGN contract 6): the one n-gram guard and every consumer that calls it.
+"""Held-out by construction (docs/design.md §6): the one n-gram guard and every consumer that calls it.
 
 The rule is pinned by edge cases (8 units shared: refused; 7: allowed; case, spacing and line breaks do
 not hide a near-duplicate). Then a benchmark prompt is planted into each kind of training text in turn

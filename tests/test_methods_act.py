@@ -59,22 +59,22 @@ def test_act_at_tau_zero_is_dflash(tiny_prepared):
 
 
 def test_calibrate_act_on_tiny(tiny_prepared):
-    from dflash_core.bench.calibrate import calibrate_act
+    from dflash_core.bench.calibrate import calibrate_method
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
-    res = calibrate_act(rt, prep, [[5, 6, 7], [11, 12]], 6, 3, repeats=1, grid=(0.0, 1.0))
-    assert res["selected_tau"] in (0.0, 1.0)
+    res = calibrate_method(rt, prep, "act", [[5, 6, 7], [11, 12]], 6, 3, grid={"tau": (0.0, 1.0)})
+    assert res["selected"]["tau"] in (0.0, 1.0) and res["selected_options"] == res["selected"]
     assert [row["setting"]["tau"] for row in res["table"]] == [0.0, 1.0]
     assert all(row["all_exact"] and row["trials"] == 2 for row in res["table"])
 
 
 def test_calibrate_act_refuses_benchmark_prompts(tiny_prepared):
-    from dflash_core.bench.calibrate import calibrate_act
+    from dflash_core.bench.calibrate import calibrate_method
     from dflash_core.prepare.data import load_prompts
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     bench = load_prompts("english").benchmark[0]
     with pytest.raises(BadInputError, match="benchmark"):
-        calibrate_act(rt, prep, [[5, 6, 7]], 6, 3, repeats=1, prompt_texts=[bench], family="english")
+        calibrate_method(rt, prep, "act", [[5, 6, 7]], 6, 3, prompt_texts=[bench], family="english")
 
 

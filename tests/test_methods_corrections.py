@@ -10,9 +10,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dflash_core.bench.calibrate import calibrate_dspark, calibrate_v10, calibrate_v11
+from dflash_core.bench.calibrate import calibrate_method
 from dflash_core.errors import BadInputError
-from dflash_core.methods import FitContext, get_method
+from dflash_core.methods import FitContext, calibrated, get_method
 from dflash_core.methods.dspark import DSPARK_FILE, DSparkHeads
 from dflash_core.methods.parareal_v12 import V12_FEATURES, V12_FILE, V12Model, standardised_ridge
 from dflash_core.methods.parareal_v14 import V14_FILE, v14_choose, v14_design
@@ -182,31 +182,53 @@ def test_fitters_refuse_benchmark_prompts(name):
     assert check_sequences(ctx.rt, ctx.trajectories, "a fit")  # train seeds pass (checked, clean)
 
 
-@pytest.mark.parametrize("calib", [calibrate_dspark, calibrate_v10, calibrate_v11])
-def test_calibration_refuses_benchmark_prompts(tiny_prepared, calib):
+@pytest.mark.parametrize("method", ["dspark_lite", "boltzmann_v10", "gated_mobs_v11"])
+def test_calibration_refuses_benchmark_prompts(tiny_prepared, method):
     from dflash_core.prepare.data import load_prompts
 
     text = load_prompts("code").benchmark[1]
     with pytest.raises(BadInputError, match="benchmark"):
-        calib(tiny_prepared.rt, tiny_prepared.prepared, [[5, 6, 7]], 4, prompt_texts=[text], family="code")
+        calibrate_method(tiny_prepared.rt, tiny_prepared.prepared, method, [[5, 6, 7]], 4, 4, prompt_texts=[text],
+                         family="code")
+
+
+def test_a_method_that_reuses_another_calibration_has_no_search_of_its_own(tiny_prepared):
+    """V13 reuses V10's choice (registry: Calibration(reuses=...)): asking to search it names the method to run."""
+    with pytest.raises(BadInputError, match="boltzmann_v10"):
+        calibrate_method(tiny_prepared.rt, tiny_prepared.prepared, "minop_v13", [[5, 6, 7]], 4, 4)
 
 
 def test_successive_halving_calibration(tiny_prepared):
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     cal = [[5, 6, 7, 8], [9, 10, 11], [12, 13, 14, 15, 16]]
     grid = {"temperature": (0.03, 0.10), "cutoff": (0.05, 0.15, 0.35), "budget": (1,), "slope": (1.5,)}
-    out = calibrate_v10(rt, prep, cal, 6, repeats=1, grid=grid)
+    out = calibrate_method(rt, prep, "boltzmann_v10", cal, 6, 4, grid=grid, stage1_prompts=2)
     plan = out["plan"]
     assert plan["total_configs"] == 6 and plan["stage1_prompts"] == 2 and plan["survivors"] == 4
     assert plan["successive_halving_prompt_config_evaluations"] == 6 * 2 + 4 * 3
     assert len(out["stage1"]["table"]) == 6 and len(out["stage2"]["table"]) == 4
     assert out["selected"] in [r["setting"] for r in out["stage2"]["table"]]
-    assert out["v13"]["routing_budget"] == 1 and "budget" not in out["v13"]["options"]
-    v11 = calibrate_v11(rt, prep, cal[:2], 6, repeats=1, grid={"temperature": (0.04,), "gate": (0.08, 0.16),
-                                                                "budget": (1, 3), "top_k": (4,),
-                                                                "pair_weight": (1.0,), "early": (0.15,)})
+    v13 = get_method("minop_v13").calibration
+    assert v13.reuses == "boltzmann_v10" and "budget" not in v13.adapt(out["selected"])
+    v11 = calibrate_method(rt, prep, "gated_mobs_v11", cal[:2], 6, 4, grid={
+        "temperature": (0.04,), "gate": (0.08, 0.16), "budget": (1, 3), "top_k": (4,), "pair_weight": (1.0,),
+        "early": (0.15,)})
     assert v11["plan"]["total_configs"] == 4 and v11["selected"] in [r["setting"] for r in v11["stage2"]["table"]]
-    ds = calibrate_dspark(rt, prep, cal[:2], 6, repeats=1, floors=(0.0, 0.5))
-    assert ds["selected_floor"] in (0.0, 0.5) and all(r["all_exact"] for r in ds["table"])
+    ds = calibrate_method(rt, prep, "dspark_lite", cal[:2], 6, 4, grid={"floor": (0.0, 0.5)})
+    assert ds["selected"]["floor"] in (0.0, 0.5) and all(r["all_exact"] for r in ds["table"])
 
 
+
+
+@pytest.mark.parametrize("method", [m.id for m in calibrated() if m.calibration.reuses is None])
+def test_every_calibrated_method_calibrates_through_the_registry(tiny_prepared, method):
+    """Every method the registry calibrates runs its own search (its grid cut to two settings of the first axis) on
+    calibration ids and selects an exact setting from its table; a new calibrated method is covered as it is."""
+    cal = get_method(method).calibration
+    first = next(iter(cal.grid))
+    grid = {k: tuple(v[:2]) if k == first else tuple(v[:1]) for k, v in cal.grid.items()}
+    out = calibrate_method(tiny_prepared.rt, tiny_prepared.prepared, method, [[5, 6, 7], [9, 10, 11, 12]], 6, 3,
+                           grid=grid)
+    table = out["table"] if "table" in out else out["stage2"]["table"]
+    assert out["selected"] in [r["setting"] for r in table] and out["selected_options"] == out["selected"]
+    assert all(r["all_exact"] for r in table)

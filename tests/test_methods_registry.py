@@ -25,13 +25,40 @@ from .strategies import METHOD_OPTIONS, tied_logits
 NEW_FILES = {PAIR_FILE: "pair_selector", JUMP_FILE: "jump_head", FUSED_FILE: "fused_residual"}
 
 
-def test_registry_is_one_ordered_list_of_fifteen():
-    assert [m.index for m in METHOD_LIST] == list(range(15)) and method_ids()[0] == "normal"
+# The 15 stable ids (test ids, benchmark names, report keys): a new method is added after them, never between.
+STABLE_IDS = ("normal", "dflash", "dflash2", "mobs", "jump_mobs", "fused_jump", "boltzmann", "bmobs", "act",
+              "dspark_lite", "boltzmann_v10", "gated_mobs_v11", "parareal_v12", "minop_v13", "simple_parareal_v14")
+
+
+def test_registry_is_one_ordered_list_that_keeps_the_stable_ids():
+    assert tuple(method_ids()[:len(STABLE_IDS)]) == STABLE_IDS
+    assert [m.index for m in METHOD_LIST] == list(range(len(METHOD_LIST)))
     assert speculative_ids() == method_ids()[1:]
     for info in METHOD_LIST:
         assert len(info.stages) == 4 and all(isinstance(s, str) and s for s in info.stages)
         assert info.label and info.mechanism and info.complexity
     assert get_method("normal").build is None
+
+
+def test_the_registry_owns_calibration_and_why_inactive():
+    """Each calibrated method's entry holds its grid and search (or the method whose choice it reuses); bench runs
+    the registry's `calibrated()` list, a reusing method after its source; every speculative method says why its
+    draft can equal plain dflash's."""
+    from dflash_core.methods import Calibration, calibrated
+
+    cal = {m.id: m.calibration for m in calibrated()}
+    ids = list(cal)
+    assert [i for i in ids if i in STABLE_IDS] == ["act", "dspark_lite", "boltzmann_v10", "gated_mobs_v11", "minop_v13"]
+    assert all(ids.index(i) > ids.index(c.reuses) for i, c in cal.items() if c.reuses)
+    assert cal["act"].settings()[0] == {"tau": 0.0} and cal["boltzmann_v10"].search == "halving"
+    assert cal["minop_v13"].reuses == "boltzmann_v10"
+    assert cal["minop_v13"].adapt({"temperature": 0.1, "cutoff": 0.2, "budget": 2, "slope": 1.5}) == {
+        "temperature": 0.1, "cutoff": 0.2, "slope": 1.5}
+    assert all(info.why_inactive for info in METHOD_LIST[1:])
+    with pytest.raises(ValueError, match="grid, or reuses"):
+        Calibration()
+    with pytest.raises(ValueError, match="adapt"):
+        Calibration(reuses="act")
 
 
 def test_needs_are_the_files_of_the_fitters():
@@ -168,3 +195,14 @@ def test_every_fitter_holds_out_whole_trajectories_by_one_policy(tiny_prepared):
         assert meta["split"] == "by trajectory (seeded permutation)", name
         train, hold = set(meta["train_trajectories"]), set(meta["holdout_trajectories"])
         assert train and hold and train.isdisjoint(hold), name
+
+
+def test_readme_methods_table_is_the_registrys():
+    """README's methods table is `python -m dflash_core methods --markdown` (regenerate it after a registry change)."""
+    from pathlib import Path
+
+    from dflash_core.methods import markdown_table
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("<!-- methods:start -->", 1)[1].split("<!-- methods:end -->", 1)[0].strip()
+    assert block == markdown_table(), "README methods table is stale: paste `python -m dflash_core methods --markdown`"

@@ -17,8 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _readme_knob_rows() -> dict[str, list[str]]:
-    """variable -> [CLI option, pytest option, default, meaning] from the README's "Run knobs" table."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """variable -> [CLI option, pytest option, default, meaning] from docs/cli.md's "Run knobs" table."""
+    text = (REPO / "docs" / "cli.md").read_text(encoding="utf-8")
     section = text.split("## Run knobs", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
@@ -34,7 +34,7 @@ def _cell(text: str) -> str:
 
 def test_readme_knob_table_matches_the_options_table():
     rows = _readme_knob_rows()
-    assert set(rows) == {o.env for o in OPTIONS if o.env}, "README knob table and dflash_core.options differ"
+    assert set(rows) == {o.env for o in OPTIONS if o.env}, "docs/cli.md knob table and dflash_core.options differ"
     for o in OPTIONS:
         cli, pytest_opt, default, _meaning = rows[o.env]
         assert _cell(cli) == (o.cli or "—"), f"{o.env}: README says CLI option {cli}, the table {o.cli}"
@@ -170,3 +170,35 @@ def test_noise_threshold_must_be_a_fraction(raw):
     with pytest.raises(BadInputError, match="DFLASH_NOISE_THRESHOLD"):
         option("noise_threshold").from_env({"DFLASH_NOISE_THRESHOLD": raw})
     assert option("noise_threshold").from_env({"DFLASH_NOISE_THRESHOLD": "0.1"}) == 0.1
+
+
+def test_every_dflash_knob_is_read_through_the_options_table():
+    """No module reads a DFLASH_* variable itself (os.environ[...], .get, getenv): only options.py does, so a
+    knob's default, checks and README row live in one place. Writes (a child process's env) are allowed."""
+    import re
+
+    read = re.compile(r"""(?:environ(?:\.get)?\s*[\(\[]|getenv\()\s*["'](DFLASH_\w+)["']\s*(\]\s*(?!=[^=]))?""")
+    roots = [REPO / "dflash_core", REPO / "benchmarks", REPO / "scripts", REPO / "conftest.py", REPO / "tests"]
+    files = [p for r in roots for p in ([r] if r.is_file() else r.rglob("*.py"))]
+    offenders = []
+    for p in files:
+        if p.name == "options.py" and p.parent.name == "dflash_core":
+            continue
+        for m in read.finditer(p.read_text(encoding="utf-8")):
+            line = p.read_text(encoding="utf-8")[m.start():].split("\n", 1)[0]
+            if re.match(r"""environ\[\s*["']DFLASH_\w+["']\s*\]\s*=[^=]""", line):
+                continue  # a write
+            offenders.append(f"{p.relative_to(REPO)}: {line.strip()}")
+    assert not offenders, "read DFLASH_* through dflash_core.options.env_value: " + "; ".join(offenders)
+
+
+def test_name_lists_come_from_the_table():
+    """The CLI's per-command options, the forwarded ones and both conftests' pytest options are the table's."""
+    from dflash_core import __main__ as cli
+    from dflash_core.options import for_command, pytest_options
+
+    assert set(cli.RUN_OPTIONS) == {"target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter"}
+    assert set(for_command("import")) == {"home"} and set(cli.BENCH_FORWARDED) == {
+        "target", "device", "dtype", "kernels", "drafter"}
+    assert set(pytest_options("root")) == {"target", "device", "dtype", "kernels"}
+    assert {o.name for o in OPTIONS if o.pytest} == set(pytest_options("root")) | set(pytest_options("bench"))

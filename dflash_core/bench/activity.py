@@ -1,4 +1,4 @@
-"""Mechanism activity (DESIGN contract 9): how often a method's draft differs from plain dflash's at the same
+"""Mechanism activity (docs/design.md §9): how often a method's draft differs from plain dflash's at the same
 context, and what those differences did to accepted drafts.
 
 `Shadowed` wraps a method's proposer with a plain dflash proposer (the shadow) that sees exactly the same

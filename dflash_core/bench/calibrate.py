@@ -150,9 +150,6 @@ def calibrate(rt, prompts: Sequence[Sequence[int]], tokens: int, settings: Seque
     return _record(summarize_trials(trials, cost, timed), len(prompts), tokens, repeats, width, cost)
 
 
-ACT_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
-
-
 def _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family: str | None, purpose: str) -> None:
     """Held-out discipline: calibration prompts, as text or as the decoded ids, may share no n-gram with a
     benchmark prompt (the one guard, `heldout`, via `data.refuse_benchmark`)."""
@@ -163,39 +160,6 @@ def _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family: s
         refuse_benchmark(list(prompt_texts), fam, purpose)
     if rt.tokenizer is not None:
         refuse_benchmark([rt.decode(list(p)) for p in prompts_ids], fam, f"{purpose} (prompt ids)")
-
-
-def calibrate_act(rt, prepared, prompts_ids, tokens: int, width: int, repeats: int = 1, grid=ACT_GRID, *,
-                  prompt_texts=None, family: str | None = None, **kw: Any) -> dict:
-    """Choose ACT's margin threshold tau (method 08) among exact settings by the cost-model speedup.
-
-    Every tau is exact by construction (ACT only shortens what is verified), so the choice trades verified
-    rows against accepted drafts: `calibrate` (`kw`: costs, refs, timed), ties to more tokens per target
-    call, then the smaller tau (grid order).
-    Benchmark prompts are refused (as `prompt_texts`, or as ids when the target has a tokenizer).
-    """
-    from ..methods import get_method
-
-    _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family, "ACT calibration")
-    info = get_method("act")
-    settings = [{"tau": float(t)} for t in sorted(set(float(t) for t in grid))]
-    out = calibrate(rt, [list(p) for p in prompts_ids], tokens, settings,
-                    lambda s: info.build(rt, prepared, tau=s["tau"]), width, repeats=repeats, **kw)
-    out["selected_tau"] = out["selected"]["tau"]
-    return out
-
-
-# --- methods 09-11 (V13 reuses V10's selection; V12/V14 are fitted by prepare, not calibrated) -------
-
-DSPARK_FLOORS = (0.0, 0.05, 0.10, 0.20, 0.35, 0.50, 0.70)
-
-
-def _grid(axes: dict) -> list[dict]:
-    """Cartesian product of the axes, in axis order (the first axis varies slowest)."""
-    import itertools
-
-    keys = list(axes)
-    return [dict(zip(keys, vals)) for vals in itertools.product(*(axes[k] for k in keys))]
 
 
 def successive_halving(rt, prompts, tokens: int, settings: Sequence[dict], make_proposer, width: int, *,
@@ -236,48 +200,35 @@ def successive_halving(rt, prompts, tokens: int, settings: Sequence[dict], make_
             "selected_key": st2["selected_key"]}
 
 
-def _method_builder(rt, prepared, method_id: str):
-    from ..methods import get_method
+def calibrate_method(rt, prepared, method_id: str, prompts_ids, tokens: int, width: int, *, repeats: int = 1,
+                     grid: dict | None = None, prompt_texts=None, family: str | None = None,
+                     stage1_prompts: int | None = None, **kw: Any) -> dict:
+    """Calibrate a registered method as its registry entry says (`methods.base.Calibration`): its grid (or
+    `grid`, axis -> values, for a smaller search in tests) searched by the cost-model speedup, every setting on
+    every prompt (`calibrate`) or by successive halving; `kw` as for `calibrate` (costs, refs, timed).
+
+    Benchmark prompts are refused (as `prompt_texts`, or as ids when the target has a tokenizer). Returns the
+    search's record ({"selected", "table"|"plan"/"stage1"/"stage2", ...}) with `selected_options`."""
+    from ..errors import BadInputError
+    from ..methods import Calibration, get_method
 
     info = get_method(method_id)
-    return lambda s: info.build(rt, prepared, **s)
+    cal = info.calibration
+    if cal is None or cal.reuses is not None:
+        raise BadInputError(f"{method_id} has no calibration grid of its own: calibrate "
+                            f"{cal.reuses if cal else 'a calibrated method'} instead")
+    if grid is not None:
+        cal = Calibration(grid={k: tuple(v) for k, v in grid.items()}, search=cal.search,
+                          stage1_prompts=cal.stage1_prompts, keep=cal.keep)
+    _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family, f"{method_id} calibration")
+    ids = [list(p) for p in prompts_ids]
 
+    def build(setting: dict):
+        return info.build(rt, prepared, **setting)
 
-def calibrate_dspark(rt, prepared, prompts_ids, tokens: int, width: int | None = None, repeats: int = 1,
-                     floors=DSPARK_FLOORS, *, prompt_texts=None, family: str | None = None, **kw: Any) -> dict:
-    """Choose DSpark-Lite's survival floor (method 09) among exact floors by the cost-model speedup (ties:
-    tokens per target call, then the lower floor); `kw` as for `calibrate`."""
-    _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family, "DSpark calibration")
-    w = width or prepared.drafter.cfg.block_size
-    settings = [{"floor": float(f)} for f in sorted(set(float(f) for f in floors))]
-    out = calibrate(rt, [list(p) for p in prompts_ids], tokens, settings,
-                    _method_builder(rt, prepared, "dspark_lite"), w, repeats=repeats, **kw)
-    out["selected_floor"] = out["selected"]["floor"]
-    return out
-
-
-def calibrate_v10(rt, prepared, prompts_ids, tokens: int, width: int | None = None, repeats: int = 1,
-                  grid: dict | None = None, *, prompt_texts=None, family: str | None = None, **kw: Any) -> dict:
-    """V10 (method 10) by successive halving over T x cutoff x budget (x slope); returns
-    {plan, stage1, stage2, selected, v13}. `v13["options"]` are what V13 reuses: T, cutoff and slope of
-    the selection; V13's budget is always 1 (so V13 == V10 only when the selected budget is 1)."""
-    from ..methods.routing import V10_GRID, v13_options
-
-    _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family, "V10 calibration")
-    w = width or prepared.drafter.cfg.block_size
-    out = successive_halving(rt, prompts_ids, tokens, _grid(grid or V10_GRID),
-                             _method_builder(rt, prepared, "boltzmann_v10"), w, repeats=repeats, **kw)
-    out["v13"] = {"options": v13_options(out["selected"]), "routing_budget": 1, "reuses_v10_config": True,
-                  "v10_selected_budget": out["selected"]["budget"]}
-    return out
-
-
-def calibrate_v11(rt, prepared, prompts_ids, tokens: int, width: int | None = None, repeats: int = 1,
-                  grid: dict | None = None, *, prompt_texts=None, family: str | None = None, **kw: Any) -> dict:
-    """V11 (method 11) by successive halving over T x gate x budget x top_k (x pair weight x early bias)."""
-    from ..methods.gated_mobs import V11_GRID
-
-    _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family, "V11 calibration")
-    w = width or prepared.drafter.cfg.block_size
-    return successive_halving(rt, prompts_ids, tokens, _grid(grid or V11_GRID),
-                              _method_builder(rt, prepared, "gated_mobs_v11"), w, repeats=repeats, **kw)
+    if cal.search == "halving":
+        out = successive_halving(rt, ids, tokens, cal.settings(), build, width, repeats=repeats,
+                                 stage1_prompts=stage1_prompts or cal.stage1_prompts, keep=cal.keep, **kw)
+    else:
+        out = calibrate(rt, ids, tokens, cal.settings(), build, width, repeats=repeats, **kw)
+    return {**out, "selected_options": dict(out["selected"])}

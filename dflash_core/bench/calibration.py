@@ -5,8 +5,9 @@ choice. The search itself (decode every setting, price it with the cost model) i
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..methods import calibrated
 from ..runtime.decode import greedy
 
 if TYPE_CHECKING:
@@ -48,26 +49,10 @@ def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = Non
                    "tokens_per_target_call": r["tokens_per_target_call"]} for r in rows]}
     return widths
 
+
 def _cal_ids(sess: BenchSession, texts: list[str]) -> list[list[int]]:
     return [sess.rt.encode(t) for t in texts]
 
-def _cal_kwargs(sess: BenchSession, texts: list[str]) -> dict:
-    c = sess.cfg
-    return {"tokens": c.calibration_tokens, "repeats": c.calibration_repeats, "prompt_texts": texts,
-            "family": sess.family}
-
-def _calibrator(name: str, **extra: Any):
-    """Adapter: run `calibrate.<name>` at `width` on the calibration prompts (`ctx`: their ids, greedy
-    references and the target's component costs, shared by every calibrator); its choice becomes the options."""
-
-    def run(sess, texts, width, ctx):
-        from . import calibrate
-
-        rec = getattr(calibrate, name)(sess.rt, sess.prepared, ctx["ids"], width=width, costs=ctx["costs"],
-                                       refs=ctx["refs"], **_cal_kwargs(sess, texts), **extra)
-        return {**rec, "selected_options": dict(rec["selected"])}
-
-    return run
 
 def calibration_widths(sess: BenchSession) -> list[int]:
     """The widths calibrated: the benchmarked ones (given, else chosen by `auto_widths`) that fit the block size
@@ -76,13 +61,6 @@ def calibration_widths(sess: BenchSession) -> list[int]:
     ws = sorted({int(w) for w in given if 1 <= int(w) <= sess.block_size})
     return ws or [sess.block_size]
 
-# method id -> function(session, calibration prompt texts, width, shared context) -> record with "selected_options"
-# V10/V11 screen their grids on one prompt (stage 1) before all prompts decide (stage 2, reusing the stage-1
-# decodes): with one deterministic decode per setting instead of two tok/s trials, a default bench's calibration,
-# now run at each of its 3 widths, stays within the decodes the single-width calibration used (318 vs 324).
-CALIBRATORS: dict[str, Any] = {"act": _calibrator("calibrate_act"), "dspark_lite": _calibrator("calibrate_dspark"),
-                               "boltzmann_v10": _calibrator("calibrate_v10", stage1_prompts=1),
-                               "gated_mobs_v11": _calibrator("calibrate_v11", stage1_prompts=1)}
 
 def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     """What every calibration shares: the calibration prompts' ids, their greedy references and the target's
@@ -99,32 +77,51 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
         sess.calibration_costs = target_costs(sess.rt, ids[0] + refs[0][: max(0, tokens // 2)], sess.block_size)
     return {"ids": ids, "refs": refs, "costs": sess.calibration_costs}
 
+
+def calibrate_one(sess: BenchSession, method_id: str, texts: list[str], width: int, ctx: dict) -> dict:
+    """The registry's calibration of one method at `width` on the calibration prompts (`ctx`: their ids, greedy
+    references and the target's component costs, shared by every method)."""
+    from .calibrate import calibrate_method
+
+    c = sess.cfg
+    return calibrate_method(sess.rt, sess.prepared, method_id, ctx["ids"], c.calibration_tokens, width,
+                            repeats=c.calibration_repeats, prompt_texts=texts, family=sess.family,
+                            costs=ctx["costs"], refs=ctx["refs"])
+
+
 def calibrate_all(sess: BenchSession, cal_texts: list[str], ctx: dict | None = None) -> None:
-    """Every calibrator at every calibrated width; `ctx`: the session's `calibration_context` (built when None)."""
+    """Every method the registry calibrates (`methods.calibrated`), at every calibrated width; a method that
+    reuses another's choice adapts that method's selection at each width. The widest width's choice is the
+    method's default options. `ctx`: the session's `calibration_context` (built when None).
+
+    V10 and V11 search by successive halving (stage 1 on one prompt, stage 2 on all, reusing the stage-1
+    decodes): with one deterministic decode per setting, a default bench's calibration at each of its widths
+    stays within the decodes a single-width tok/s calibration used."""
     from .costmodel import OBJECTIVE
 
     ctx = ctx or calibration_context(sess, cal_texts)
     widths = calibration_widths(sess)
-    for mid, fn in CALIBRATORS.items():
+    for info in calibrated():
         t0 = time.perf_counter()
-        per = {w: fn(sess, cal_texts, w, ctx) for w in widths}
-        sess.width_options[mid] = {w: dict(r.get("selected_options", r.get("selected", {}))) for w, r in per.items()}
+        cal = info.calibration
+        if cal.reuses is None:
+            per = {w: calibrate_one(sess, info.id, cal_texts, w, ctx) for w in widths}
+            head = {"objective": OBJECTIVE}
+        else:
+            src = sess.width_options[cal.reuses]
+            per = {w: {"selected": cal.adapt(src[w]), "selected_options": cal.adapt(src[w]),
+                       "reused_setting": dict(src[w])} for w in widths}
+            head = {"reuses": cal.reuses, "objective": OBJECTIVE}
+        sess.width_options[info.id] = {w: dict(r["selected_options"]) for w, r in per.items()}
         top = per[widths[-1]]
-        sess.calibration[mid] = {"objective": OBJECTIVE, "selected": top["selected"],
-                                 "selected_options": dict(sess.width_options[mid][widths[-1]]),
-                                 "widths": {str(w): r for w, r in per.items()}, "seconds": time.perf_counter() - t0}
-        sess.options[mid] = dict(sess.width_options[mid][widths[-1]])
-    if "boltzmann_v10" in sess.calibration:  # V13 reuses V10's choice (T, cutoff, slope; budget fixed to 1)
-        v10 = sess.calibration["boltzmann_v10"]
-        per13 = {w: v10["widths"][str(w)]["v13"] for w in widths if "v13" in v10["widths"].get(str(w), {})}
-        if per13:
-            sess.width_options["minop_v13"] = {w: dict(v["options"]) for w, v in per13.items()}
-            top = per13[max(per13)]
-            sess.options["minop_v13"] = dict(top["options"])
-            sess.calibration["minop_v13"] = {"reuses": "boltzmann_v10", "objective": OBJECTIVE, **top,
-                                             "widths": {str(w): v for w, v in per13.items()}}
+        sess.calibration[info.id] = {**head, "selected": top["selected"],
+                                     "selected_options": dict(top["selected_options"]),
+                                     "widths": {str(w): r for w, r in per.items()},
+                                     "seconds": time.perf_counter() - t0}
+        sess.options[info.id] = dict(sess.width_options[info.id][widths[-1]])
     if sess.cfg.tune:
         tune_widths(sess, cal_texts)
+
 
 def tune_widths(sess: BenchSession, cal_texts: list[str]) -> None:
     """--tune: each speculative method's width among 1, 2, 4 (<= B), chosen on calibration prompts by the

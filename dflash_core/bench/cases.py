@@ -40,6 +40,7 @@ class CaseRounds:
         """The rounds' ratios against plain dflash at the same width (`comparison_rounds`)."""
         return comparison_rounds(self.baseline_walls, self.walls)
 
+
 def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[list], normal_walls: list[float],
               method_walls: list[float], kinds: list[str], baseline_walls: list[float] | None = None) -> dict:
     """Plain-number metrics for extra_info (no numpy scalars, no NaN): counts from the first timed round
@@ -75,6 +76,7 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
         "options": {k: v for k, v in (sess.options_for(method, width) if method != "normal" else {}).items()
                     if isinstance(v, (int, float, str))},
     }
+
 
 def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, benchmark=None) -> dict:
     """Time `method` against `normal` in `rounds` paired rounds (see `paired_rounds`); records the case's
@@ -115,8 +117,9 @@ def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, bench
                                                         list(pr.baseline_walls))
     return info
 
+
 def activity_decode(sess: BenchSession, method: str, width: int) -> dict | None:
-    """Mechanism activity of a case (DESIGN contract 9): decode every prompt once, untimed, with the method's
+    """Mechanism activity of a case (docs/design.md §9): decode every prompt once, untimed, with the method's
     proposer wrapped in `activity.Shadowed` beside a plain dflash proposer at the same context, and count
     where their drafts differ and what that did to accepted drafts (`activity.summary`). None for normal."""
     from ..methods import get_method
@@ -135,9 +138,10 @@ def activity_decode(sess: BenchSession, method: str, width: int) -> dict | None:
         counts = count_rounds(prop.rounds, ids, counts)
     return summary(method, counts or {}, info.why_inactive)
 
+
 def _benchmark_sink(benchmark):
     """Racing's extra rounds into the case's pytest-benchmark record, so the saved JSON the report is built from
-    (DESIGN contract 7) holds every round: its timer reading joins `stats` and the recomputed figures replace
+    (docs/design.md §7) holds every round: its timer reading joins `stats` and the recomputed figures replace
     `extra_info`'s. pytest-benchmark's Stats caches its figures on first read, so a fresh Stats is built."""
 
     def sink(seconds: float | None, info: dict) -> None:
@@ -153,6 +157,7 @@ def _benchmark_sink(benchmark):
 
     return sink
 
+
 def case_costs(sess: BenchSession, method: str, width: int):
     """The case's component costs: the session's target costs and, for a speculative method, its proposer's
     per-call medians from one untimed decode of the first benchmark prompt (costmodel.TimedProposer)."""
@@ -167,6 +172,7 @@ def case_costs(sess: BenchSession, method: str, width: int):
     timer = TimedProposer(build(sess.rt, sess.prepared, **sess.options_for(method, width)))
     speculative(sess.rt, timer, sess.prompt_ids[0], sess.cfg.tokens, width, method=method)
     return costs.with_proposer(timer.costs())
+
 
 def cost_model_fields(sess: BenchSession, method: str, width: int, per_prompt: list, measured: float) -> dict:
     """extra_info's cost-model fields: `model_speedup` of the case's own rounds (every prompt; 1 for normal),

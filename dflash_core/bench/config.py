@@ -12,6 +12,7 @@ from ..options import BENCH_FIELDS, env_value, option
 def _default(name: str):
     return option(name).default
 
+
 @dataclass(frozen=True)
 class BenchConfig:
     """The benchmark's settings. Defaults, environment variables and pytest options come from `options.OPTIONS`

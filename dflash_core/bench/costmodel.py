@@ -1,4 +1,4 @@
-"""The deterministic cost-model speedup (DESIGN.md contract 8) beside the wall-clock one.
+"""The deterministic cost-model speedup (docs/design.md §8) beside the wall-clock one.
 
 A decode's rounds (drafts verified k_r and accepted a_r per target call) are deterministic; only the cost of
 each component is timed, once, in isolation: a greedy step (t_decode), a verify of w drafts (t_verify[w],

@@ -133,6 +133,7 @@ def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None
                                     "speedup_rounds", "rounds")},
             **verdict_fields(verdicts(sess, pr.results[0]))}
 
+
 def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) -> dict:
     """t_verify(w) / t_decode at the first prompt's context: what a block verify costs in decode steps.
 
@@ -142,6 +143,7 @@ def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) ->
     """
     with torch_threads(sess.cfg.threads):
         return _verify_cost_curve(sess, widths, calls)
+
 
 def _verify_cost_curve(sess: BenchSession, widths: list[int], calls: int) -> dict:
     from .costmodel import verify_times

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 BASELINE = "dflash"  # every speculative round also times plain dflash at its width, seconds before the method
 
+
 def decode_all(sess: BenchSession, method: str, width: int, trace: list | None = None,
                rounds: list | None = None):
     """Decode every benchmark prompt once with the options calibrated for `width`; returns (outputs, stats list,
@@ -37,11 +38,14 @@ def decode_all(sess: BenchSession, method: str, width: int, trace: list | None =
         stats.append(st)
     return outs, stats, sum(s.wall_seconds for s in stats)
 
+
 def verdicts(sess: BenchSession, outs: list[list[int]]) -> list[str]:
     return [classify(o, r, m, sess.rt.dtype).kind for o, r, m in zip(outs, sess.references, sess.margins)]
 
+
 def verdict_fields(kinds: list[str]) -> dict:
     return {"exact": all(k != "diverged" for k in kinds), "verdicts": {k: kinds.count(k) for k in sorted(set(kinds))}}
+
 
 @dataclass
 class PairedRounds:
@@ -63,6 +67,7 @@ class PairedRounds:
                 "speedup": float(sp), "speedup_iqr": float(sp_iqr), "speedup_rounds": [float(r) for r in ratios],
                 "rounds": len(ratios)}  # the rounds paired with normal (a case's later rounds may have no normal leg)
 
+
 def comparison_rounds(baseline_walls: list[float], walls: list[float]) -> list[float]:
     """Per round, baseline wall / method wall: how much faster than plain dflash at the same width the method
     ran, both timed within seconds of each other.
@@ -72,6 +77,7 @@ def comparison_rounds(baseline_walls: list[float], walls: list[float]) -> list[f
     1-2 %); two speculative decodes at the same width are hit alike, so their ratio is what the rank groups
     compare. For dflash itself it is dflash against dflash: the comparison's own A/A noise."""
     return [b / m for b, m in zip(baseline_walls, walls) if m > 0]
+
 
 def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None, warmup=None, baseline=None) -> PairedRounds:
     """Time `run()` (returns (wall seconds, result)) against `normal` in `rounds` interleaved rounds, after
@@ -102,6 +108,7 @@ def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None, warmup=N
             run_normal()
             run_timed()
     return pr
+
 
 def measure_aa(sess: BenchSession, phase: str) -> list[float]:
     """The A/A noise gate's rounds: `normal` timed against `normal` with the cases' pairing (`paired_rounds`,

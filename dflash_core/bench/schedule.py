@@ -26,6 +26,7 @@ def _refresh(sess: BenchSession, c: CaseRounds, seconds: float) -> None:
     if c.sink is not None:
         c.sink(seconds, c.info)
 
+
 def _timed_method(sess: BenchSession, c: CaseRounds) -> float:
     """The method's leg of a round: appends its wall and stats; returns pytest-benchmark's timer reading."""
     t0 = time.perf_counter()
@@ -35,6 +36,7 @@ def _timed_method(sess: BenchSession, c: CaseRounds) -> float:
     c.walls.append(wall)
     c.stats_rounds.append(stats)
     return seconds
+
 
 def race_round(sess: BenchSession, key: str) -> float:
     """One more paired round of case `key` (normal, the dflash leg, then the method, as `paired_rounds` pairs
@@ -50,6 +52,7 @@ def race_round(sess: BenchSession, key: str) -> float:
         seconds = _timed_method(sess, c)
     _refresh(sess, c, seconds)
     return c.normal_walls[-1] / c.walls[-1] if c.walls[-1] > 0 else 0.0
+
 
 def compare_round(sess: BenchSession, key: str) -> float:
     """One more round of the ranking statistic for speculative case `key`: plain dflash at the case's width, then
@@ -67,10 +70,12 @@ def compare_round(sess: BenchSession, key: str) -> float:
     _refresh(sess, c, seconds)
     return c.compared()[-1]
 
+
 def case_keys(sess: BenchSession, *, with_normal: bool) -> list[str]:
     """The measured cases that are exact (normal, a normal-vs-normal pairing, only when `with_normal`)."""
     return [k for k, c in sess.case_rounds.items()
             if (with_normal or c.method != "normal") and all(v != "diverged" for v in c.kinds)]
+
 
 def seeded_passes(pending, seed: int, step) -> int:
     """Round-robin passes: while `pending(passes done)` names cases, run `step(case)` once for each, in an order
@@ -85,6 +90,7 @@ def seeded_passes(pending, seed: int, step) -> int:
             step(k)
         done += 1
     return done
+
 
 def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
     """The base rounds after each case's first, in `passes` round-robin passes over every exact case (normal
@@ -104,6 +110,7 @@ def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
            "seconds": time.perf_counter() - t0}
     sess.passes = rec
     return rec
+
 
 def leading_width(cases: dict) -> int | None:
     """The width of the case with the highest median speedup over greedy (`report.stats.leading_width`): where the
@@ -126,6 +133,7 @@ RACE_BUDGET_FRACTION = 0.5
 # A comparison round costs ~1 s on 2 cores, so 15 cases x 6 more rounds is ~90 s of the 20-minute budget.
 RANK_MIN_FACTOR = 4
 
+
 def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=None) -> dict:
     """Comparison-only rounds (`compare_round`) until each of `keys` has `rounds` ratios against dflash, in
     round-robin passes in a seeded order per pass (`seeded_passes`, as `run_passes`, for the same reason: every
@@ -140,6 +148,7 @@ def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=Non
 
     passes = seeded_passes(lambda _: [k for k in keys if len(sess.case_rounds[k].compared()) < rounds], seed, one)
     return {"rounds": rounds, "passes": passes, "added": added, "seconds": time.perf_counter() - t0}
+
 
 def run_race(sess: BenchSession, clock=time.perf_counter) -> dict:
     """Rank the exact speculative cases at the leading width: top every one of them up to RANK_MIN_FACTOR x the

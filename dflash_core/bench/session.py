@@ -114,6 +114,7 @@ class BenchSession:
                         for mid, m in METHODS.items()},
         }
 
+
 def open_session(cfg: BenchConfig) -> BenchSession:
     """Load, prepare, encode, reference and calibrate. Calibration never sees benchmark prompts.
 
@@ -123,6 +124,7 @@ def open_session(cfg: BenchConfig) -> BenchSession:
     cfg = cfg.sized()
     with torch_threads(cfg.threads):
         return _open(cfg)
+
 
 def _open(cfg: BenchConfig) -> BenchSession:
     from ..prepare.data import check_disjoint, load_prompts
@@ -152,6 +154,7 @@ def _open(cfg: BenchConfig) -> BenchSession:
         sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
     calibrate_all(sess, cal_texts, ctx)
     return sess
+
 
 def session_costs(sess: BenchSession):
     """The target's component costs at the benchmark context (first prompt plus half its reference, as

@@ -1,14 +1,13 @@
 """The explicit method registry. Ids are stable: they are test ids, benchmark names and report keys.
 
-`METHOD_LIST` is the one list of the 15 methods, in index order. Each entry (`base.MethodInfo`) owns
-everything about its method: how to build its proposer, its options dataclass, the prepare fitters whose
-files it needs and its calibration grid. `prepare` runs `fitters()`; nothing registers itself on import.
+`METHOD_LIST` is the one list of the methods, in index order. Each entry (`base.MethodInfo`) owns everything
+about its method: how to build its proposer, its options dataclass, the prepare fitters whose files it needs,
+how bench calibrates it (`base.Calibration`) and the sentence on why its draft can equal plain dflash's.
+`prepare` runs `fitters()`, bench runs `calibrated()`; nothing registers itself on import.
 Adding a method: one module with an INFO and one line here (docs/adding-a-method.md).
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from ..errors import UnknownMethodError
 from . import (
@@ -25,7 +24,7 @@ from . import (
     parareal_v14,
     routing,
 )
-from .base import FitContext, Fitter, MethodInfo
+from .base import Calibration, FitContext, Fitter, MethodInfo
 
 METHOD_LIST: tuple[MethodInfo, ...] = (
     normal.INFO,  # 00
@@ -45,29 +44,8 @@ METHOD_LIST: tuple[MethodInfo, ...] = (
     parareal_v14.INFO,  # 14 simple_parareal_v14
 )
 
-# Mechanism activity (DESIGN contract 9): one sentence per method on when its draft equals plain dflash's,
-# shown by the report beside a method labelled "inactive here" (its draft never differed in the run).
-WHY_INACTIVE: dict[str, str] = {
-    "dflash": "it is the baseline every other draft is compared with.",
-    "dflash2": "its pair-selector path kept the drafter's argmax at every position.",
-    "mobs": "its middle-out selection kept the drafter's argmax at every position.",
-    "jump_mobs": "its jump-head anchors and gap filling kept the drafter's argmax at every position.",
-    "fused_jump": "its fused-residual anchors and gap filling kept the drafter's argmax at every position.",
-    "boltzmann": "its temperature collapsed on confident rows, so the Gumbel draw never beat the argmax.",
-    "bmobs": "its Boltzmann middle anchor and MOBS fill kept the drafter's argmax at every position.",
-    "act": "its calibrated margin threshold tau never cut a block (tau = 0 keeps every row).",
-    "dspark_lite": "its Markov correction never changed a top-1 choice and the survival floor never cut a block.",
-    "boltzmann_v10": "no routed slot's Boltzmann coin chose the runner-up (or no margin fell below the cutoff).",
-    "gated_mobs_v11": "its uncertainty gate never opened, or the re-chosen slots kept the argmax.",
-    "parareal_v12": "its fitted residual correction never reordered a slot's top candidate.",
-    "minop_v13": "its one routed slot's Boltzmann coin never chose the runner-up (or no margin fell below "
-                 "the cutoff).",
-    "simple_parareal_v14": "its fitted gap estimate never drops below the switch threshold.",
-}
-METHOD_LIST = tuple(replace(m, why_inactive=WHY_INACTIVE[m.id]) if m.id in WHY_INACTIVE and not m.why_inactive
-                    else m for m in METHOD_LIST)
-
 METHODS: dict[str, MethodInfo] = {m.id: m for m in METHOD_LIST}
+
 
 def _check_registry() -> None:
     ids = [m.id for m in METHOD_LIST]
@@ -94,6 +72,16 @@ def speculative_ids() -> list[str]:
     return [m.id for m in METHOD_LIST if m.proposer is not None]
 
 
+def calibrated() -> list[MethodInfo]:
+    """The methods bench calibrates, in registry order, every one after the method whose choice it reuses."""
+    searched = [m for m in METHOD_LIST if m.calibration is not None and m.calibration.reuses is None]
+    reusing = [m for m in METHOD_LIST if m.calibration is not None and m.calibration.reuses is not None]
+    for m in reusing:
+        if m.calibration.reuses not in {s.id for s in searched}:
+            raise ValueError(f"{m.id} reuses the calibration of {m.calibration.reuses!r}, which searches none")
+    return searched + reusing
+
+
 def fitters() -> tuple[Fitter, ...]:
     """Every fitter some method needs, once each, in registry order (each fitter seeds itself, so the order
     does not change the files)."""
@@ -105,10 +93,23 @@ def fitters() -> tuple[Fitter, ...]:
     return tuple(seen.values())
 
 
+def markdown_table() -> str:
+    """The README's table of the methods, generated from the registry (a test keeps the README in step)."""
+    rows = ["| # | id | method | mechanism | prepare fits | calibrated on calibration prompts |",
+            "|---|---|---|---|---|---|"]
+    for m in METHOD_LIST:
+        fits = ", ".join(f.name for f in m.fitters) or "—"
+        cal = m.calibration
+        how = ("—" if cal is None else f"reuses {cal.reuses}'s choice" if cal.reuses
+               else ", ".join(cal.grid) + (" (successive halving)" if cal.search == "halving" else ""))
+        rows.append(f"| {m.index:02d} | `{m.id}` | {m.label} | {m.mechanism} | {fits} | {how} |")
+    return "\n".join(rows)
+
+
 def fit_files() -> tuple[str, ...]:
     """Every artifact file the fitters write (what a complete prepare must list besides the drafter)."""
     return tuple(name for f in fitters() for name in f.files)
 
 
-__all__ = ["FitContext", "Fitter", "MethodInfo", "METHODS", "METHOD_LIST", "fit_files", "fitters", "get_method",
-           "method_ids", "speculative_ids"]
+__all__ = ["Calibration", "FitContext", "Fitter", "MethodInfo", "METHODS", "METHOD_LIST", "calibrated", "fit_files",
+           "fitters", "markdown_table", "get_method", "method_ids", "speculative_ids"]

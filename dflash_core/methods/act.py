@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import MethodInfo
+from .base import Calibration, MethodInfo
 from .support.block import BlockProposer
 from .support.common import MethodOptions, opt
 
@@ -60,6 +60,8 @@ class ACTProposer(BlockProposer):
 
 INFO = MethodInfo(
     index=8, id="act", label="ACT (adaptive trim)", mechanism="DFlash argmax trimmed at the first low-margin row",
-    complexity="parallel draft + shorter verify", proposer=ACTProposer, options=ACTOptions, grid=ACT_GRID,
+    complexity="parallel draft + shorter verify", proposer=ACTProposer, options=ACTOptions,
     stages=("draft block, argmax per position", "top1-top2 margin of every row",
-            "cut at the first row with margin < tau (keep >= 1)", "verify only the kept drafts"))
+            "cut at the first row with margin < tau (keep >= 1)", "verify only the kept drafts"),
+    calibration=Calibration(grid=ACT_GRID),
+    why_inactive="its calibrated margin threshold tau never cut a block (tau = 0 keeps every row).")

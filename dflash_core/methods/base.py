@@ -48,13 +48,47 @@ class Fitter:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """How `bench` calibrates a method on calibration prompts (never benchmark prompts).
+
+    `grid` (axis -> values, simplest value first: ties go to the earlier setting) is searched with the
+    cost-model objective: `search="grid"` decodes every setting on every prompt; `"halving"` screens every
+    setting on the first `stage1_prompts` prompts and decides among the `keep` best on all of them, for grids of
+    dozens of settings. A method that `reuses` another's choice searches nothing: its options are
+    `adapt(that method's selected setting)` at each calibrated width.
+    """
+
+    grid: dict[str, tuple] = field(default_factory=dict)
+    search: str = "grid"
+    stage1_prompts: int = 1
+    keep: int = 4
+    reuses: str | None = None
+    adapt: Callable[[dict], dict] | None = None
+
+    def __post_init__(self) -> None:
+        if self.search not in ("grid", "halving"):
+            raise ValueError(f"calibration search must be 'grid' or 'halving', got {self.search!r}")
+        if (self.reuses is None) == (not self.grid):
+            raise ValueError("a calibration has a grid, or reuses another method's choice (with adapt), not both")
+        if self.reuses is not None and self.adapt is None:
+            raise ValueError("a calibration that reuses another method's choice needs adapt(selected) -> options")
+
+    def settings(self) -> list[dict]:
+        """The grid's settings: the cartesian product in axis order (the first axis varies slowest)."""
+        import itertools
+
+        keys = list(self.grid)
+        return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
+
+
+@dataclass(frozen=True)
 class MethodInfo:
     """A registry entry. `proposer(rt, prepared, options)` builds the method; None for normal (plain greedy).
 
-    `options` is the method's frozen options dataclass (`common.MethodOptions`), `fitters` the prepare
-    steps whose files it needs (shared fitters are listed by every method that reads them), `grid` the
-    calibration grid (axis -> values) where the method is calibrated. `why_inactive` is one sentence on why
-    the method's draft can equal plain dflash's throughout a run (the report shows it when that happens).
+    `options` is the method's frozen options dataclass (`support.common.MethodOptions`), `fitters` the prepare
+    steps whose files it needs (shared fitters are listed by every method that reads them), `calibration` how
+    bench calibrates it (None: not calibrated). `why_inactive` is one sentence on why the method's draft can
+    equal plain dflash's throughout a run (the report shows it beside a method labelled "inactive here").
     """
 
     index: int
@@ -65,7 +99,7 @@ class MethodInfo:
     proposer: Callable[..., Any] | None
     options: Any = None  # a MethodOptions subclass; None: the method takes no options
     fitters: tuple[Fitter, ...] = ()
-    grid: dict[str, tuple] | None = None
+    calibration: Calibration | None = None
     stages: tuple[str, ...] = ()
     why_inactive: str = ""
 

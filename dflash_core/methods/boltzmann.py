@@ -75,4 +75,5 @@ INFO = MethodInfo(
     mechanism="confidence-adaptive Gumbel-max exploration among the top-K, hashed (no RNG state)",
     complexity="O(B·K) hashed scores per block", proposer=BoltzmannProposer, options=BoltzmannOptions,
     stages=("draft block, keep top-K per position", "temperature per row from its top1-top2 margin",
-            "add a hashed Gumbel to v/T for every candidate", "argmax per position, verify"))
+            "add a hashed Gumbel to v/T for every candidate", "argmax per position, verify"),
+    why_inactive="its temperature collapsed on confident rows, so the Gumbel draw never beat the argmax.")

@@ -14,4 +14,5 @@ class DFlashProposer(BlockProposer):
 INFO = MethodInfo(
     index=1, id="dflash", label="DFlash", mechanism="parallel block argmax", complexity="parallel draft + verify",
     proposer=DFlashProposer,
-    stages=("fuse target taps", "draft block [anchor, MASK x B]", "argmax per position", "verify in one pass"))
+    stages=("fuse target taps", "draft block [anchor, MASK x B]", "argmax per position", "verify in one pass"),
+    why_inactive="it is the baseline every other draft is compared with.")

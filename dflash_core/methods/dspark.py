@@ -34,7 +34,7 @@ from torch.nn import functional as F
 
 from ..errors import ArtifactError
 from ..prepare.artifacts import tensor_bytes
-from .base import Fitter, MethodInfo
+from .base import Calibration, Fitter, MethodInfo
 from .support.block import BlockProposer
 from .support.common import MethodOptions, opt, topk
 from .support.fitting import (
@@ -252,6 +252,9 @@ class DSparkProposer(BlockProposer):
 INFO = MethodInfo(
     index=9, id="dspark_lite", label="V9 DSpark-Lite", mechanism="low-rank Markov correction + survival gate",
     complexity="O(B K r) sequential rescoring + O(B (H + r)) confidence", proposer=DSparkProposer,
-    options=DSparkOptions, fitters=(DSPARK_FITTER,), grid={"floor": (0.0, 0.05, 0.10, 0.20, 0.35, 0.50, 0.70)},
+    options=DSparkOptions, fitters=(DSPARK_FITTER,),
     stages=("draft block; top-K per slot", "Markov rescoring from the previous choice",
-            "survival confidence product vs floor", "trim (>= 1 token); verify"))
+            "survival confidence product vs floor", "trim (>= 1 token); verify"),
+    calibration=Calibration(grid={"floor": (0.0, 0.05, 0.10, 0.20, 0.35, 0.50, 0.70)}),
+    why_inactive=("its Markov correction never changed a top-1 choice and the survival floor never cut a "
+                  "block."))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .base import MethodInfo
+from .base import Calibration, MethodInfo
 from .support.common import MethodOptions, first_argmax, opt, topk
 from .support.selector import PAIR_FITTER, ContextProposer
 
@@ -91,6 +91,8 @@ class GatedMOBSProposer(ContextProposer):
 INFO = MethodInfo(
     index=11, id="gated_mobs_v11", label="V11 Boltzmann-Gated MOBS", mechanism="uncertainty-gated sparse MOBS",
     complexity="bounded O(budget K) pair scores", proposer=GatedMOBSProposer, options=V11Options,
-    fitters=(PAIR_FITTER,), grid=V11_GRID,
+    fitters=(PAIR_FITTER,),
     stages=("draft block; top-K per slot", "runner-up Boltzmann mass gates <= budget slots",
-            "middle-out pair rescoring of gated slots", "others keep argmax; verify"))
+            "middle-out pair rescoring of gated slots", "others keep argmax; verify"),
+    calibration=Calibration(grid=V11_GRID, search="halving"),
+    why_inactive="its uncertainty gate never opened, or the re-chosen slots kept the argmax.")

@@ -270,7 +270,8 @@ INFO_JUMP = MethodInfo(
     complexity="one jump-head query + O(B·K) scores per block", proposer=JumpMOBSProposer, options=JumpOptions,
     fitters=(PAIR_FITTER, JUMP_FITTER),
     stages=("draft block, keep top-K per position", "jump head scores top-K at slots 1, 3, ...",
-            "fix those anchors: v + 0.5 x jump", "gap fill the rest with pair scores, verify"))
+            "fix those anchors: v + 0.5 x jump", "gap fill the rest with pair scores, verify"),
+    why_inactive="its jump-head anchors and gap filling kept the drafter's argmax at every position.")
 
 INFO_FUSED = MethodInfo(
     index=5, id="fused_jump", label="Fused jump",
@@ -278,4 +279,5 @@ INFO_FUSED = MethodInfo(
     complexity="O(B·K) residual and pair scores per block", proposer=FusedJumpProposer, options=FusedOptions,
     fitters=(PAIR_FITTER, FUSED_FITTER),
     stages=("draft block, keep top-K per position", "residual query from the drafter's hidden rows at 1, 3, ...",
-            "fix those anchors: v + residual (top-K only)", "gap fill the rest with pair scores, verify"))
+            "fix those anchors: v + residual (top-K only)", "gap fill the rest with pair scores, verify"),
+    why_inactive="its fused-residual anchors and gap filling kept the drafter's argmax at every position.")

@@ -142,11 +142,13 @@ INFO_MOBS = MethodInfo(
     index=3, id="mobs", label="MOBS", mechanism="middle-out bidirectional selection with pair scores",
     complexity="O(B·K) pair scores per block", proposer=MOBSProposer, options=TopKOptions, fitters=(PAIR_FITTER,),
     stages=("draft block, keep top-K per position", "pick the middle anchor (fingerprint parity for even B)",
-            "anchor token: draft value + consistency with both neighbours", "expand outward left/right, verify"))
+            "anchor token: draft value + consistency with both neighbours", "expand outward left/right, verify"),
+    why_inactive="its middle-out selection kept the drafter's argmax at every position.")
 
 INFO_BMOBS = MethodInfo(
     index=7, id="bmobs", label="Boltzmann MOBS", mechanism="Boltzmann middle anchor + middle-out fill",
     complexity="O(K) hashed + O(B·K) pair scores per block", proposer=BMOBSProposer, options=BMOBSOptions,
     fitters=(PAIR_FITTER,),
     stages=("draft block, keep top-K per position", "anchor: the less confident centre",
-            "anchor token by hashed Gumbel at T=0.35", "fill outward with pair scores, verify"))
+            "anchor token by hashed Gumbel at T=0.35", "fill outward with pair scores, verify"),
+    why_inactive="its Boltzmann middle anchor and MOBS fill kept the drafter's argmax at every position.")

@@ -66,4 +66,5 @@ INFO = MethodInfo(
     index=2, id="dflash2", label="DFlash2 (pair DP)", mechanism="top-K Viterbi with a learned low-rank pair selector",
     complexity="O(B·K²) pair scores per block", proposer=DFlash2Proposer, options=TopKOptions, fitters=(PAIR_FITTER,),
     stages=("draft block, keep top-K per position", "gate the pair tables with the context vector",
-            "Viterbi over B positions with pair(prev→cand) links", "backtrack the best path, verify"))
+            "Viterbi over B positions with pair(prev→cand) links", "backtrack the best path, verify"),
+    why_inactive="its pair-selector path kept the drafter's argmax at every position.")

@@ -15,7 +15,7 @@ q <- center(G); R times: q <- center(q + damping * clip(beta . z(features(q, G))
 Numeric meta (summed over blocks by the loop): `v12_correction_rows`, `v12_changed_slots` (slots whose
 choice differs from the drafter's argmax), `v12_update_rms_sum` (sum over rounds of RMS(damping * residual)).
 
-Departures from the seed (reference/seed-methods-09-14-report.md section 9):
+Departures from the seed (docs/design.md, "The seed study and where the lab departs from it"):
 * train/holdout split BY TRAJECTORY (a seeded permutation of trajectory indices), never by example order
   (flaw 7); the file records which trajectories were used for what;
 * V12's top_k comes from the artifact; asking for another K is refused (flaw 5);
@@ -290,4 +290,5 @@ INFO = MethodInfo(
     complexity="O(R B K) ridge rows + O(B K H) embedding similarities", proposer=ParaRealProposer,
     options=V12Options, fitters=(V12_FITTER,),
     stages=("draft block; top-K per slot (coarse G)", "features: scores, rank, position, embedding similarity",
-            "R damped ridge residual updates", "argmax of corrected scores; verify"))
+            "R damped ridge residual updates", "argmax of corrected scores; verify"),
+    why_inactive="its fitted residual correction never reordered a slot's top candidate.")

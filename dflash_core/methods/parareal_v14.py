@@ -8,7 +8,7 @@ Guidance work: 6 estimator ops per drafted slot (6 * B per block). Numeric meta 
 `v14_estimator_ops`, `v14_switched_positions`, `v14_abs_residual_sum` (per-block mean |F_hat - G|; divide
 by draft calls for the mean), `v14_top2_values_transferred`.
 
-Departures from the seed (reference/seed-methods-09-14-report.md section 9): train/holdout split by
+Departures from the seed (docs/design.md, "The seed study and where the lab departs from it"): train/holdout split by
 trajectory (flaw 7); the loader checks the algorithm string; the metrics add the one-switch-per-block
 budget (flaw 6). With the default damping 1.0 the update is the estimator itself (gap1 = F_hat), as in
 the seed; and since G >= 0, its coarse sign accuracy is 1 - teacher_prefers_top2_rate by construction.
@@ -167,4 +167,5 @@ INFO = MethodInfo(
     mechanism="three-coefficient gap estimator, one switch", complexity="O(B) scalar correction after top-2",
     proposer=SimpleParaRealProposer, options=V14Options, fitters=(V14_FITTER,),
     stages=("draft block; top-2 on the drafter's device", "F_hat = a + b G + c i/(B-1)",
-            "gap1 = G + damping (F_hat - G)", "switch <= 1 slot to top-2; verify"))
+            "gap1 = G + damping (F_hat - G)", "switch <= 1 slot to top-2; verify"),
+    why_inactive="its fitted gap estimate never drops below the switch threshold.")

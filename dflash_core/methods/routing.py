@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import BadInputError
-from .base import MethodInfo
+from .base import Calibration, MethodInfo
 from .support.block import BlockProposer, Top2Proposer
 from .support.common import MethodOptions, context_fingerprint, opt, top2, uniform
 
@@ -151,12 +151,16 @@ class MinOpV13Proposer(Top2Proposer):
 INFO_V10 = MethodInfo(
     index=10, id="boltzmann_v10", label="V10 Advanced Boltzmann", mechanism="sparse uncertainty routing",
     complexity="host top-2 over B x V, then O(budget) coins", proposer=BoltzmannV10Proposer, options=V10Options,
-    grid=V10_GRID,
     stages=("draft block; logits to host", "top-2 and margin per slot", "route <= budget uncertain slots",
-            "Boltzmann coin top-1 vs top-2; verify"))
+            "Boltzmann coin top-1 vs top-2; verify"),
+    calibration=Calibration(grid=V10_GRID, search="halving"),
+    why_inactive="no routed slot's Boltzmann coin chose the runner-up (or no margin fell below the cutoff).")
 
 INFO_V13 = MethodInfo(
     index=13, id="minop_v13", label="V13 MinOp", mechanism="V10 policy, fused top-2, one-slot budget",
     complexity="device top-2; only B x 2 leave; O(B) routing", proposer=MinOpV13Proposer, options=V13Options,
     stages=("draft block", "top-2 on the drafter's device", "least-confident uncertain slot only",
-            "V10 Boltzmann coin; verify"))
+            "V10 Boltzmann coin; verify"),
+    calibration=Calibration(reuses="boltzmann_v10", adapt=v13_options),
+    why_inactive=("its one routed slot's Boltzmann coin never chose the runner-up (or no margin fell below "
+                  "the cutoff)."))

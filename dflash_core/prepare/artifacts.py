@@ -1,4 +1,4 @@
-"""Artifact cache: where prepared files live, their manifest, and verification (DESIGN contract 5).
+"""Artifact cache: where prepared files live, their manifest, and verification (docs/design.md §5).
 
 Every file is written atomically (temp file + os.replace, with the umask's normal mode) and listed in
 `manifest.json` with SHA-256 and byte size. Loading re-hashes each file; a flipped byte, a wrong size, a
@@ -36,9 +36,9 @@ IDENTITY_KEYS = ("content_sha256", "config_sha256", "weights_sha256", "tokenizer
 
 def dflash_home(home: str | Path | None = None) -> Path:
     """DFLASH_HOME, default ~/.cache/dflash-mini-lab."""
-    if home is not None:
-        return Path(home).expanduser()
-    return Path(os.environ.get("DFLASH_HOME", "~/.cache/dflash-mini-lab")).expanduser()
+    from ..options import env_value
+
+    return Path(home if home is not None else env_value("home")).expanduser()
 
 
 def mini_target_dir(home: str | Path | None = None) -> Path:

@@ -1,4 +1,4 @@
-"""Portable prepared bundles: one verified target and its artifacts, moved between machines (DESIGN 10).
+"""Portable prepared bundles: one verified target and its artifacts, moved between machines (docs/design.md §10).
 
 Trained weights depend on the CPU's kernels, so two machines that each run `prepare` measure two models.
 `export_bundle` packs the home's verified state for one target (the mini target's directory when the target

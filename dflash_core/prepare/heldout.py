@@ -1,4 +1,4 @@
-"""The one held-out guard (DESIGN contract 6): no benchmark or calibration prompt may share a normalised
+"""The one held-out guard (docs/design.md §6): no benchmark or calibration prompt may share a normalised
 n-gram with any training text.
 
 Every consumer of training text calls it: the mini target's corpus (its build, and `prepare`, which cuts
@@ -123,7 +123,7 @@ def check_clean(texts: Sequence[str], held: HeldOut, consumer: str, names: Seque
             raise BadInputError(
                 f"{consumer}: {where} shares the {held.n}-unit run {_describe(hit[0])!r} with the held-out "
                 f"(benchmark or calibration) prompt {held.grams[hit[0]]!r} ({len(hit)} shared n-gram(s)); "
-                f"held-out prompts must not overlap training text (DESIGN contract 6): {fix}")
+                f"held-out prompts must not overlap training text (docs/design.md §6): {fix}")
 
 
 def filter_clean(texts: Sequence[str], held: HeldOut) -> tuple[list[int], list[int]]:

@@ -120,7 +120,7 @@ def corpus_texts(cfg: MiniTargetConfig = MiniTargetConfig()) -> list[str]:
 
 def check_corpus(texts: list[str], names: list[str] | None = None) -> None:
     """Refuse a corpus that shares a normalised n-gram with a shipped benchmark or calibration prompt
-    (`heldout`, DESIGN contract 6): a target that memorised a held-out prompt makes the benchmark measure
+    (`heldout`, docs/design.md §6): a target that memorised a held-out prompt makes the benchmark measure
     recall. The build and `prepare` (which cuts train seeds from the corpus) both call it."""
     from .heldout import check_clean, shipped_held_out
 

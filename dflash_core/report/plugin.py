@@ -7,7 +7,6 @@ even with `-p no:benchmark`. `pytest_benchmark_update_json` fires once per outpu
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -105,7 +104,11 @@ def pytest_runtest_call(item):
 
 
 def report_root(config) -> Path:
-    return Path(os.environ.get("DFLASH_REPORTS", Path(str(config.rootpath)) / "reports"))
+    """DFLASH_REPORTS, else reports/ in the pytest root (the repository)."""
+    from ..options import env_value
+
+    reports = env_value("reports")
+    return Path(reports) if reports else Path(str(config.rootpath)) / "reports"
 
 
 def noise_warning(lab: dict) -> str | None:

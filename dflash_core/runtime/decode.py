@@ -48,7 +48,7 @@ class Proposer(Protocol):
 
 @dataclass
 class DecodeStats:
-    """Contract 4 of DESIGN.md. Counts are exact integers; seconds come from perf_counter."""
+    """docs/design.md §4. Counts are exact integers; seconds come from perf_counter."""
 
     method: str = "normal"
     width: int = 0

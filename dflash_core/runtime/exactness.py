@@ -1,4 +1,4 @@
-"""Exactness verdicts (DESIGN contract 1): exact, tie-certified, or diverged.
+"""Exactness verdicts (docs/design.md §1): exact, tie-certified, or diverged.
 
 A block forward and a one-token forward run different kernels. In float64 they agree to ~1e-14, so the
 check is strict equality of token ids. In float32 (rarely) and fp16/bf16 (often) they can pick different

@@ -24,7 +24,7 @@ class PromptSet:
 
 
 def check_disjoint(sets: dict[str, tuple[str, ...]]) -> None:
-    """Held-out discipline (DESIGN contract 6): no two splits share a normalised n-gram, checked both ways
+    """Held-out discipline (docs/design.md §6): no two splits share a normalised n-gram, checked both ways
     (a short prompt of either split counts as one n-gram), through the one guard."""
     from ..heldout import check_clean, held_out
 
