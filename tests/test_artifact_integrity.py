@@ -434,30 +434,3 @@ def test_artifacts_of_another_prepare_config_are_not_verified(lab, tmp_path, mon
     assert "another prepare config" in caplog.text and "aux_steps" in caplog.text
 
 
-# --- homes prepared before the content key ------------------------------------------------------------
-
-def test_a_home_prepared_under_the_old_key_is_moved_not_rebuilt(lab, tmp_path, monkeypatch):
-    from dflash_core.prepare import train
-    from dflash_core.prepare.artifacts import config_digest, legacy_sample_digest
-
-    home, out = _home_copy(lab, tmp_path)
-    rt = _rt(lab)
-    before = {p.name: p.read_bytes() for p in out.iterdir() if p.name != MANIFEST}
-    doc = json.loads((out / MANIFEST).read_text())
-    doc["target"] = {"name": str(lab["ckpt"]), "config_sha256": config_digest(rt.config),
-                     "weights_sample_sha256": legacy_sample_digest(rt.model), "parameters": rt.info["parameters"],
-                     "vocab_size": rt.vocab_size}
-    legacy = out.parent / "ckpt-0123abcd4567ef89"
-    out.rename(legacy)
-    (legacy / MANIFEST).write_text(json.dumps(doc))
-
-    def no_rebuild(*a, **k):
-        raise AssertionError("rebuilt instead of moving the old artifacts")
-
-    monkeypatch.setattr(train, "trajectories", no_rebuild)
-    assert prepare(str(lab["ckpt"]), home=home, cfg=CFG, rt=rt, progress=False) == out
-    assert not legacy.exists()
-    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != MANIFEST} == before
-    moved = json.loads((out / MANIFEST).read_text())
-    assert moved["migrated_from"] == legacy.name and moved["target"]["content_sha256"]
-    assert load_prepared(rt, home=home).directory == out

@@ -59,7 +59,7 @@ def gated_mobs(ids, vals, gated: list[int], scorer, prev: int, pair_weight: floa
 
 
 @dataclass(frozen=True)
-class V11Options(MethodOptions):
+class GatedMOBSOptions(MethodOptions):
     temperature: float = opt(V11_DEFAULTS["temperature"], above=0.0)
     gate: float = opt(V11_DEFAULTS["gate"])
     budget: int = opt(V11_DEFAULTS["budget"], lo=0, integer=True)
@@ -90,7 +90,7 @@ class GatedMOBSProposer(ContextProposer):
 
 INFO = MethodInfo(
     index=11, id="gated_mobs_v11", label="V11 Boltzmann-Gated MOBS", mechanism="uncertainty-gated sparse MOBS",
-    complexity="bounded O(budget K) pair scores", proposer=GatedMOBSProposer, options=V11Options,
+    complexity="bounded O(budget K) pair scores", proposer=GatedMOBSProposer, options=GatedMOBSOptions,
     fitters=(PAIR_FITTER,),
     stages=("draft block; top-K per slot", "runner-up Boltzmann mass gates <= budget slots",
             "middle-out pair rescoring of gated slots", "others keep argmax; verify"),

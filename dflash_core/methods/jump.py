@@ -82,10 +82,22 @@ class JumpOptions(MethodOptions):
     jump_weight: float = opt(0.5)
 
 
-class JumpMOBSProposer(ContextProposer):
-    def __init__(self, rt, prepared, options: JumpOptions):
-        super().__init__(rt, prepared, options)
-        self.jump = prepared.module(JUMP_FILE, JumpHead)
+class AnchorProposer(ContextProposer):
+    """The flow 04 and 05 share: the drafter's top-K per slot; a head adds a score to the candidates of the sparse
+    anchor slots (`jump_positions`); an anchor whose scores pass `keep` is fixed to its best candidate; the other
+    slots are gap-filled with pair scores between fixed anchors, or chosen by MOBS when no anchor was fixed.
+    Subclasses give the head's scores (`anchor_scores`), `keep` and the names of their counts (`meta`)."""
+
+    weight: float = 1.0
+
+    def anchor_scores(self, ids, hidden, pos: list[int], ctx) -> list[list[float]]:
+        raise NotImplementedError
+
+    def keep(self, scores: list[float]) -> bool:
+        return True
+
+    def meta(self, head_scores: int, anchors: int, skipped: int) -> dict:
+        raise NotImplementedError
 
     def select(self, logits, hidden, prefix, k):
         ids, vals = topk(logits, self.options.top_k)
@@ -93,21 +105,42 @@ class JumpMOBSProposer(ContextProposer):
         ctx = self.context()
         scorer = self.block_scorer(ids, prev, ctx)
         pos = jump_positions(len(ids))
-        if not pos:
-            chosen, _ = mobs_select(ids, vals, scorer, prev, context_fingerprint(prefix))
-            return chosen, scorer.count, {"pair_scores": scorer.count, "mobs_fallback": 1}
-        with torch.inference_mode():
-            q = self.jump.queries(ctx[None], torch.tensor(pos))
-            jl = self.jump.score(q, torch.tensor([[ids[p] for p in pos]]))[0].tolist()
         chosen: list = [None] * len(ids)
-        jump_scores = 0
-        for p, row in zip(pos, jl):
-            s = [v + self.options.jump_weight * j for v, j in zip(vals[p], row)]
-            chosen[p] = ids[p][first_argmax(s)]
-            jump_scores += len(row)
-        chosen, _ = gap_fill(chosen, ids, vals, scorer, prev)
-        return chosen, scorer.count + jump_scores, {"pair_scores": scorer.count, "jump_scores": jump_scores,
-                                                    "jump_anchors": len(pos)}
+        head_scores = skipped = 0
+        if pos:
+            with torch.inference_mode():
+                rows = self.anchor_scores(ids, hidden, pos, ctx)
+            for p, row in zip(pos, rows):
+                s = [v + self.weight * r for v, r in zip(vals[p], row)]
+                head_scores += len(row)
+                if not self.keep(s):
+                    skipped += 1
+                    continue
+                chosen[p] = ids[p][first_argmax(s)]
+        meta = self.meta(head_scores, len(pos), skipped)
+        if all(c is None for c in chosen):
+            chosen, _ = mobs_select(ids, vals, scorer, prev, context_fingerprint(prefix))
+            meta["mobs_fallback"] = 1
+        else:
+            chosen, _ = gap_fill(chosen, ids, vals, scorer, prev)
+        meta["pair_scores"] = scorer.count
+        return chosen, scorer.count + head_scores, meta
+
+
+class JumpMOBSProposer(AnchorProposer):
+    """04: the jump head scores each anchor's candidates from the context vector; every anchor is fixed."""
+
+    def __init__(self, rt, prepared, options: JumpOptions):
+        super().__init__(rt, prepared, options)
+        self.jump = prepared.module(JUMP_FILE, JumpHead)
+        self.weight = options.jump_weight
+
+    def anchor_scores(self, ids, hidden, pos, ctx):
+        q = self.jump.queries(ctx[None], torch.tensor(pos))
+        return self.jump.score(q, torch.tensor([[ids[p] for p in pos]]))[0].tolist()
+
+    def meta(self, head_scores, anchors, skipped):
+        return {"jump_scores": head_scores, "jump_anchors": anchors} if anchors else {}
 
 
 # --- 05 fused_jump ----------------------------------------------------------------------------------
@@ -142,41 +175,28 @@ class FusedOptions(MethodOptions):
     min_margin: float = opt(0.0, lo=0.0)
 
 
-class FusedJumpProposer(ContextProposer):
+class FusedJumpProposer(AnchorProposer):
+    """05: a residual from the drafter's own hidden rows scores each anchor's candidates; an anchor whose best two
+    corrected scores are closer than `min_margin` is left to the gap fill."""
+
     def __init__(self, rt, prepared, options: FusedOptions):
         super().__init__(rt, prepared, options)
         self.fused = prepared.module(FUSED_FILE, FusedResidual)
+        self.weight = options.fused_weight
 
-    def select(self, logits, hidden, prefix, k):
-        ids, vals = topk(logits, self.options.top_k)
-        weight, min_margin = self.options.fused_weight, self.options.min_margin
-        prev = int(prefix[-1])
-        scorer = self.block_scorer(ids, prev)
-        pos = jump_positions(len(ids))
-        chosen: list = [None] * len(ids)
-        residual_scores = skipped = 0
-        if pos:
-            with torch.inference_mode():
-                rows = hidden[list(pos)].float().cpu()
-                q = self.fused.queries(rows[None], torch.tensor(pos))
-                res = self.fused.score(q, torch.tensor([[ids[p] for p in pos]]))[0].tolist()
-            for p, row in zip(pos, res):
-                s = [v + weight * r for v, r in zip(vals[p], row)]
-                residual_scores += len(row)
-                if min_margin > 0 and len(s) >= 2:
-                    top = sorted(s, reverse=True)
-                    if top[0] - top[1] < min_margin:
-                        skipped += 1
-                        continue
-                chosen[p] = ids[p][first_argmax(s)]
-        meta = {"residual_scores": residual_scores, "fused_anchors_skipped": skipped}
-        if all(c is None for c in chosen):
-            chosen, _ = mobs_select(ids, vals, scorer, prev, context_fingerprint(prefix))
-            meta["mobs_fallback"] = 1
-        else:
-            chosen, _ = gap_fill(chosen, ids, vals, scorer, prev)
-        meta["pair_scores"] = scorer.count
-        return chosen, scorer.count + residual_scores, meta
+    def anchor_scores(self, ids, hidden, pos, ctx):
+        rows = hidden[list(pos)].float().cpu()
+        q = self.fused.queries(rows[None], torch.tensor(pos))
+        return self.fused.score(q, torch.tensor([[ids[p] for p in pos]]))[0].tolist()
+
+    def keep(self, scores):
+        if self.options.min_margin <= 0 or len(scores) < 2:
+            return True
+        top = sorted(scores, reverse=True)
+        return top[0] - top[1] >= self.options.min_margin
+
+    def meta(self, head_scores, anchors, skipped):
+        return {"residual_scores": head_scores, "fused_anchors_skipped": skipped}
 
 
 # --- fitters ----------------------------------------------------------------------------------------

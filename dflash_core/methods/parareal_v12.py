@@ -243,7 +243,7 @@ class PrefixEmbedding:
 
 
 @dataclass(frozen=True)
-class V12Options(MethodOptions):
+class ParaRealOptions(MethodOptions):
     """None: the fitted artifact's value. top_k may only repeat the fitted K."""
 
     correction_rounds: int | None = opt(None, lo=0, integer=True)
@@ -252,7 +252,7 @@ class V12Options(MethodOptions):
 
 
 class ParaRealProposer(BlockProposer):
-    def __init__(self, rt, prepared, options: V12Options):
+    def __init__(self, rt, prepared, options: ParaRealOptions):
         super().__init__(rt, prepared, options)
         self.model = prepared.cached(V12_FILE, lambda: V12Model.from_doc(prepared.load_json(V12_FILE)))
         cfg = self.model.config
@@ -288,7 +288,7 @@ class ParaRealProposer(BlockProposer):
 INFO = MethodInfo(
     index=12, id="parareal_v12", label="V12 PARAREAL", mechanism="affine fine-minus-coarse residual correction",
     complexity="O(R B K) ridge rows + O(B K H) embedding similarities", proposer=ParaRealProposer,
-    options=V12Options, fitters=(V12_FITTER,),
+    options=ParaRealOptions, fitters=(V12_FITTER,),
     stages=("draft block; top-K per slot (coarse G)", "features: scores, rank, position, embedding similarity",
             "R damped ridge residual updates", "argmax of corrected scores; verify"),
     why_inactive="its fitted residual correction never reordered a slot's top candidate.")

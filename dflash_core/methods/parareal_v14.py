@@ -120,7 +120,7 @@ def load_v14(doc: dict) -> tuple[tuple[float, float, float], dict]:
 
 
 @dataclass(frozen=True)
-class V14Options(MethodOptions):
+class SimpleParaRealOptions(MethodOptions):
     """None: the fitted artifact's value."""
 
     damping: float | None = opt(None)
@@ -131,7 +131,7 @@ class V14Options(MethodOptions):
 class SimpleParaRealProposer(Top2Proposer):
     """Top-2 on the drafter's device (only B x 2 ids/values leave it), then O(B) scalar work."""
 
-    def __init__(self, rt, prepared, options: V14Options):
+    def __init__(self, rt, prepared, options: SimpleParaRealOptions):
         super().__init__(rt, prepared, options)
         self.coef, cfg = prepared.cached(V14_FILE, lambda: load_v14(prepared.load_json(V14_FILE)))
         pick = lambda name: cfg[name] if getattr(options, name) is None else getattr(options, name)  # noqa: E731
@@ -165,7 +165,7 @@ def v14_choose(ids, vals, coef, *, damping: float, threshold: float, max_correct
 INFO = MethodInfo(
     index=14, id="simple_parareal_v14", label="V14 Simple PARAREAL",
     mechanism="three-coefficient gap estimator, one switch", complexity="O(B) scalar correction after top-2",
-    proposer=SimpleParaRealProposer, options=V14Options, fitters=(V14_FITTER,),
+    proposer=SimpleParaRealProposer, options=SimpleParaRealOptions, fitters=(V14_FITTER,),
     stages=("draft block; top-2 on the drafter's device", "F_hat = a + b G + c i/(B-1)",
             "gap1 = G + damping (F_hat - G)", "switch <= 1 slot to top-2; verify"),
     why_inactive="its fitted gap estimate never drops below the switch threshold.")

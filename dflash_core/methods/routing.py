@@ -91,7 +91,7 @@ def route_v13(ids, vals, fp: int, *, temperature: float, cutoff: float, slope: f
 
 
 @dataclass(frozen=True)
-class V10Options(MethodOptions):
+class RoutingOptions(MethodOptions):
     temperature: float = opt(V10_DEFAULTS["temperature"], above=0.0)
     cutoff: float = opt(V10_DEFAULTS["cutoff"], lo=0.0)
     budget: int = opt(V10_DEFAULTS["budget"], lo=0, integer=True)
@@ -99,7 +99,7 @@ class V10Options(MethodOptions):
 
 
 @dataclass(frozen=True)
-class V13Options(MethodOptions):
+class MinOpOptions(MethodOptions):
     """V10's options with the budget fixed to one slot (accepted only as 1, for V10-shaped settings)."""
 
     temperature: float = opt(V10_DEFAULTS["temperature"], above=0.0)
@@ -150,7 +150,7 @@ class MinOpV13Proposer(Top2Proposer):
 
 INFO_V10 = MethodInfo(
     index=10, id="boltzmann_v10", label="V10 Advanced Boltzmann", mechanism="sparse uncertainty routing",
-    complexity="host top-2 over B x V, then O(budget) coins", proposer=BoltzmannV10Proposer, options=V10Options,
+    complexity="host top-2 over B x V, then O(budget) coins", proposer=BoltzmannV10Proposer, options=RoutingOptions,
     stages=("draft block; logits to host", "top-2 and margin per slot", "route <= budget uncertain slots",
             "Boltzmann coin top-1 vs top-2; verify"),
     calibration=Calibration(grid=V10_GRID, search="halving"),
@@ -158,7 +158,7 @@ INFO_V10 = MethodInfo(
 
 INFO_V13 = MethodInfo(
     index=13, id="minop_v13", label="V13 MinOp", mechanism="V10 policy, fused top-2, one-slot budget",
-    complexity="device top-2; only B x 2 leave; O(B) routing", proposer=MinOpV13Proposer, options=V13Options,
+    complexity="device top-2; only B x 2 leave; O(B) routing", proposer=MinOpV13Proposer, options=MinOpOptions,
     stages=("draft block", "top-2 on the drafter's device", "least-confident uncertain slot only",
             "V10 Boltzmann coin; verify"),
     calibration=Calibration(reuses="boltzmann_v10", adapt=v13_options),

@@ -17,7 +17,6 @@ import os
 import platform
 import re
 import secrets
-import shutil
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,12 +44,16 @@ def mini_target_dir(home: str | Path | None = None) -> Path:
     return dflash_home(home) / "targets" / "mini"
 
 
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
+def hash_file_into(h, path: str | Path):
+    """Feed a file's bytes to hash `h` in 1 MiB chunks (memory independent of the file's size); returns `h`."""
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    return h.hexdigest()
+    return h
+
+
+def sha256_file(path: str | Path) -> str:
+    return hash_file_into(hashlib.sha256(), path).hexdigest()
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -367,58 +370,6 @@ def read_manifest(directory: Path, identity: dict | None, required: tuple[str, .
                 raise ArtifactError(f"{mpath} lacks {name!r}, which this method needs: {fix} (it builds {name})")
         _check_files(directory, files, mpath, fix, "artifact")
     return doc
-
-
-# --- homes prepared before artifacts were keyed by content ---------------------------------------------
-
-def legacy_sample_digest(model) -> str:
-    """The old identity's strided sample (every 997th weight): only to recognise a home built before the
-    content key, never to verify anything (`weights_digest` does that)."""
-    import torch
-
-    h = hashlib.sha256()
-    with torch.no_grad():
-        for name, p in sorted(model.state_dict().items()):
-            flat = p.detach().reshape(-1)[::997].to(device="cpu", dtype=torch.float32)
-            h.update(name.encode())
-            h.update(flat.numpy().tobytes())
-    return h.hexdigest()
-
-
-def adopt_legacy_artifacts(model, identity: dict, home: str | Path | None = None) -> Path | None:
-    """Move artifacts prepared under the old folder-name key to this target's content key, so an existing home
-    is not rebuilt (the files are kept byte for byte). A directory qualifies only when its manifest names the
-    same config hash, parameter count and weight sample, and every file passes its SHA-256 check; the manifest's
-    target identity is then rewritten. Returns the new directory, or None when nothing qualified."""
-    new = artifact_dir(identity, home)
-    root = new.parent
-    if (new / MANIFEST).exists() or not root.is_dir():
-        return None
-    sample = None
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and p != new):
-        try:
-            doc = _load_manifest_doc(d / MANIFEST, "", "manifest")
-        except (ArtifactError, OSError):
-            continue
-        old = doc.get("target", {})
-        if ("weights_sample_sha256" not in old or old.get("config_sha256") != identity["config_sha256"]
-                or old.get("parameters") != identity["parameters"]):
-            continue
-        sample = sample or legacy_sample_digest(model)
-        if old["weights_sample_sha256"] != sample:
-            continue
-        try:
-            _check_files(d, doc["files"], d / MANIFEST, "", "artifact")
-        except ArtifactError:
-            continue
-        if new.exists():
-            shutil.rmtree(new)  # a partial directory without a manifest
-        os.replace(d, new)
-        doc["target"] = identity
-        doc["migrated_from"] = d.name
-        write_json_atomic(new / MANIFEST, doc)
-        return new
-    return None
 
 
 # --- a built target's own manifest ----------------------------------------------------------------

@@ -31,7 +31,6 @@ from ..errors import ArtifactError, BadInputError
 MODEL_TYPE = "muse_glimmer_assistant"
 # Extra config.json fields our export records about the target it was trained for (transformers keeps
 # unknown config fields): what `check_compatible` compares with the runtime to catch another vocabulary.
-TARGET_FIELDS = ("dflash_target_vocab_size", "dflash_target_tokenizer_sha256", "dflash_target_content_sha256")
 HUB_PATTERNS = ["*.json", "*.safetensors"]  # no *.py, no pickled *.bin: nothing of the checkpoint runs
 
 # our parameter name -> transformers' (per layer: with "layers.{i}." in front of both)
@@ -164,12 +163,12 @@ def resolve_drafter_source(source: str, revision: str | None = None) -> Path:
 
 def drafter_digest(directory: Path) -> str:
     """SHA-256 over config.json and every *.safetensors file (names and bytes): the drafter's identity."""
+    from .artifacts import hash_file_into
+
     h = hashlib.sha256()
     for p in [directory / "config.json", *sorted(directory.glob("*.safetensors"))]:
         h.update(p.name.encode())
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        hash_file_into(h, p)
     return h.hexdigest()
 
 

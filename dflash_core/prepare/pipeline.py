@@ -22,7 +22,6 @@ from typing import Any
 from ..errors import ArtifactError, BadInputError
 from .artifacts import (
     TARGET_MANIFEST,
-    adopt_legacy_artifacts,
     file_entry,
     home_lock,
     read_manifest,
@@ -236,9 +235,6 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         imported = load_hf_drafter(source, rt, ident)  # refuses a drafter made for another target, before any work
     out = prepared_dir(ident, home, source_sha)
     if not refresh and imported is None:
-        moved = adopt_legacy_artifacts(rt.model, ident, home)
-        if moved is not None:
-            _log(f"moved the artifacts of a home prepared before content keys to {moved} (files unchanged)")
         try:
             doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *fit_files()))
             why = config_mismatch(doc, cfg, accept_recorded)
