@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .errors import BadInputError, DFlashError
+from .errors import BadInputError, DFlashError, guarded
 
 # Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
 RUN_OPTIONS = ("target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter")
@@ -276,31 +276,28 @@ def cmd_bench(a) -> int:
     return rc
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 ok, 1 an exactness gate failed, 2 bad input (a clear `error:` line, no traceback)."""
-    a = build_parser().parse_args(argv)
-    try:
-        if a.cmd == "methods":
-            return cmd_methods()
-        if a.cmd == "prepare":
-            return cmd_prepare(a)
-        if a.cmd == "check":
-            from .runtime.devicecheck import device_check
+def _dispatch(a) -> int:
+    if a.cmd == "methods":
+        return cmd_methods()
+    if a.cmd == "check":
+        from .runtime.devicecheck import device_check
 
-            print(json.dumps(device_check(a.device), indent=2))
-            return 0
-        if a.cmd == "bench":
-            return cmd_bench(a)
-        if a.cmd == "export":
-            return cmd_export(a)
-        if a.cmd == "import":
-            return cmd_import(a)
-        if a.cmd == "export-drafter":
-            return cmd_export_drafter(a)
-        return cmd_run(a)
-    except DFlashError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        print(json.dumps(device_check(a.device), indent=2))
+        return 0
+    commands = {"prepare": cmd_prepare, "bench": cmd_bench, "export": cmd_export, "import": cmd_import,
+                "export-drafter": cmd_export_drafter, "run": cmd_run}
+    return commands[a.cmd](a)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 ok, 1 an exactness gate failed, 2 bad input (one `error:` line, no traceback).
+
+    Every command runs inside one error boundary (`errors.guarded`): bad input, unreadable or unwritable files,
+    a full disk and absurdly nested input all end as one `error:` line and exit 2, never a traceback (whose
+    exit status 1 would read as a failed exactness gate).
+    """
+    a = build_parser().parse_args(argv)
+    return guarded(_dispatch, a)
 
 
 if __name__ == "__main__":
