@@ -42,6 +42,20 @@ def dflash_home(home: str | Path | None = None) -> Path:
     return Path(os.environ.get("DFLASH_HOME", "~/.cache/dflash-mini-lab")).expanduser()
 
 
+def check_home(home: str | Path | None = None) -> Path:
+    """The home, refused up front when it (or a folder above it) exists and is not a directory."""
+    from ..errors import BadInputError
+
+    d = dflash_home(home)
+    for p in [d, *d.parents]:
+        if p.exists():
+            if not p.is_dir():
+                raise BadInputError(f"the home {d} (--home / DFLASH_HOME) cannot be a folder: {p} is a file; pass "
+                                    "a directory")
+            break
+    return d
+
+
 def mini_target_dir(home: str | Path | None = None) -> Path:
     return dflash_home(home) / "targets" / "mini"
 
