@@ -42,8 +42,8 @@ def os_error_message(exc: OSError, writing: str | None = None) -> str:
         return (f"no space left on device while writing {where or 'a file'}: free space or choose another "
                 "--out/--home")
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return (f"permission denied on {where or 'a file'} ({exc.strerror or exc}): choose a folder you can write "
-                "(--out/--home) or fix its permissions")
+        return (f"permission denied on {where or 'a file'} ({exc.strerror or exc}): it is read-only or another "
+                "user's; fix its permissions or choose another --home/--out")
     reason = exc.strerror or str(exc) or type(exc).__name__
     return f"{reason}: {where}" if where else f"{type(exc).__name__}: {reason}"
 

@@ -401,3 +401,22 @@ def test_export_drafter_to_a_full_or_read_only_place(drafter_dir, tmp_path, monk
             drafter_format.export_drafter(d, tiny_config(TinySpec()), out)
         assert str(out) in str(exc.value)
         assert not out.exists() and not list(tmp_path.glob(f".out-{code}*"))
+
+
+def test_export_drafter_names_a_full_disk_that_safetensors_reports(tmp_path, monkeypatch):
+    """safetensors raises its own SafetensorError ("... (os error 28)") when a write fails: a traceback before."""
+    import torch
+    from safetensors import SafetensorError
+
+    from dflash_core.prepare import drafter_format
+    from dflash_core.runtime.drafter import DFlashDrafter, DrafterConfig
+
+    d = DFlashDrafter(DrafterConfig(hidden_size=48, vocab_size=96, taps=(1, 2), block_size=4, num_layers=1,
+                                    num_heads=4, intermediate_size=96)).to(torch.float32)
+
+    def full(self, path, *a, **k):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full)
+    with pytest.raises(BadInputError, match="no space left on device while writing"):
+        drafter_format.export_drafter(d, tiny_config(TinySpec()), tmp_path / "out")

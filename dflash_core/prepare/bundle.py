@@ -120,6 +120,9 @@ def check_export_out(out: Path) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise BadInputError(f"--out {out}: {parent} is not a directory: choose another --out")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise BadInputError(f"--out {out}: permission denied on {parent} (read-only or not yours): choose "
+                                    "a folder you can write")
             break
 
 

@@ -123,6 +123,8 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
 
     Written into a temp directory beside `out`, then moved into place: a reader never sees half a checkpoint.
     """
+    from safetensors import SafetensorError
+
     from ..errors import os_error_message
     from ..safeio import normal_modes
 
@@ -139,6 +141,10 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
         os.replace(tmp, out)
     except OSError as exc:
         raise BadInputError(os_error_message(exc, writing=str(out)) + "; nothing was written") from exc
+    except SafetensorError as exc:  # safetensors reports a failed write as its own error, with the OS's errno
+        code = re.search(r"os error (\d+)", str(exc))
+        err = OSError(int(code.group(1)), str(exc)) if code else OSError(str(exc))
+        raise BadInputError(os_error_message(err, writing=str(out)) + "; nothing was written") from exc
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -153,6 +159,9 @@ def check_drafter_out(out: Path) -> None:
         if parent.exists():
             if not parent.is_dir():
                 raise BadInputError(f"--out {out}: {parent} is not a directory: choose another --out")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise BadInputError(f"--out {out}: permission denied on {parent} (read-only or not yours): choose "
+                                    "a folder you can write")
             break
 
 
