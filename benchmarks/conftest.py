@@ -110,8 +110,9 @@ def bench(request):
 
     sess = request.config.stash.get(_early_key, None) or open_session(bench_config(request.config))
     widths = [w for w in bench_widths(request.config) if w > sess.block_size]
-    if widths:
-        raise pytest.UsageError(f"--bench-widths {widths} exceed the drafter's block size B={sess.block_size}")
+    if widths:  # once for the session: a UsageError here was raised again by every case that uses the fixture
+        pytest.exit(f"error: --bench-widths {widths} exceed the drafter's block size B={sess.block_size}: give "
+                    f"widths in 1..{sess.block_size}", returncode=pytest.ExitCode.USAGE_ERROR)
     request.config.stash[_key()] = sess
     measure_aa(sess, "start")
     yield sess

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .errors import BadInputError, DFlashError
+from .errors import BadInputError, DFlashError, guarded
 
 # Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
 RUN_OPTIONS = options.for_command("run")
@@ -70,6 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
 def _optional(**kw) -> dict:
     """Keywords worth passing: the ones that are set (so an unset --revision reaches no function)."""
     return {k: v for k, v in kw.items() if v is not None}
+
+
+def _resolve(a, names: tuple[str, ...]) -> list[str]:
+    """Fill the table's options from the environment, then check what can be checked before any work: the home
+    is a directory (or can become one) and a local --drafter directory is a DFlash drafter of sane size."""
+    explicit = options.resolve(a, names)
+    if "home" in names:
+        from .prepare.artifacts import check_home
+
+        check_home(a.home)
+    if "drafter" in names and a.drafter and Path(a.drafter).expanduser().is_dir():
+        from .prepare.drafter_format import resolve_drafter_source
+
+        resolve_drafter_source(a.drafter)  # config.json schema and bounds, weight files regular
+    return explicit
 
 
 
@@ -131,7 +146,7 @@ def cmd_methods(markdown: bool = False) -> int:
 def cmd_prepare(a) -> int:
     from .prepare.pipeline import prepare
 
-    options.resolve(a, PREPARE_OPTIONS)
+    _resolve(a, PREPARE_OPTIONS)
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
                   threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter))
     print(out)
@@ -139,9 +154,10 @@ def cmd_prepare(a) -> int:
 
 
 def cmd_export(a) -> int:
-    from .prepare.bundle import export_bundle
+    from .prepare.bundle import check_export_out, export_bundle
 
-    options.resolve(a, EXPORT_OPTIONS)
+    _resolve(a, EXPORT_OPTIONS)
+    check_export_out(Path(a.out))
     check_target_args(a.target, a.home, None)
     doc = export_bundle(a.out, a.target, a.home)
     print(json.dumps({"bundle": str(a.out), "target": a.target, "content_sha256": doc["target"]["content_sha256"],
@@ -153,11 +169,12 @@ def cmd_export_drafter(a) -> int:
     """The verified prepared drafter of `--target` as a transformers checkpoint (AutoModel loads it, and
     `generate(assistant_model=..., speculation_type="dflash")` drafts with it)."""
     from .prepare.artifacts import target_identity
-    from .prepare.drafter_format import export_drafter
+    from .prepare.drafter_format import check_drafter_out, export_drafter
     from .prepare.prepared import load_prepared
     from .runtime.target import load_target
 
-    options.resolve(a, EXPORT_DRAFTER_OPTIONS)
+    _resolve(a, EXPORT_DRAFTER_OPTIONS)
+    check_drafter_out(Path(a.out))
     check_target_args(a.target, a.home, a.revision)
     rt = load_target(a.target, "cpu", "float32", home=a.home, kernels="eager", **_optional(revision=a.revision))
     prepared = load_prepared(rt, home=a.home)  # refuses (with the prepare to run) when there is no drafter
@@ -171,7 +188,7 @@ def cmd_export_drafter(a) -> int:
 def cmd_import(a) -> int:
     from .prepare.bundle import import_bundle
 
-    options.resolve(a, IMPORT_OPTIONS)
+    _resolve(a, IMPORT_OPTIONS)
     print(json.dumps(import_bundle(a.bundle, a.home)))
     return 0
 
@@ -179,7 +196,7 @@ def cmd_import(a) -> int:
 def cmd_run(a) -> int:
     from .methods import get_method
 
-    options.resolve(a, RUN_OPTIONS)
+    _resolve(a, RUN_OPTIONS)
     info = get_method(a.method)
     check_run_args(a, info)
 
@@ -248,10 +265,13 @@ def cmd_bench(a) -> int:
     """
     import os
     import subprocess
+    import time
 
     from .prepare.pipeline import prepare
 
-    explicit = options.resolve(a, BENCH_OPTIONS)
+    options.check_environment()  # every DFLASH_* knob the child pytest will read, before prepare
+    options.check_pytest_args(list(a.pytest_args))
+    explicit = _resolve(a, BENCH_OPTIONS)
     bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
     if not (bench_dir / "test_decode.py").is_file():
         raise BadInputError(f"no benchmarks/ next to the dflash_core package ({bench_dir}): `bench` runs from a "
@@ -264,8 +284,9 @@ def cmd_bench(a) -> int:
     if a.revision is not None:
         env["DFLASH_REVISION"] = a.revision
     # Builds (or verifies) the artifacts on CPU float32, whatever the benchmark device.
-    prepare(a.target, home=a.home, threads=options.env_value("threads"),
-            **_optional(revision=a.revision, drafter=a.drafter))
+    out = prepare(a.target, home=a.home, threads=options.env_value("threads"),
+                  **_optional(revision=a.revision, drafter=a.drafter))
+    check_bench_widths(Path(out), list(a.pytest_args))
     dev = a.device.split(":")[0]
     args = [sys.executable, "-m", "pytest", str(bench_dir), "-p", "no:cacheprovider", "--benchmark-autosave",
             f"--benchmark-storage=file://.benchmarks/{dev}", "--benchmark-columns=median,iqr,rounds",
@@ -273,38 +294,66 @@ def cmd_bench(a) -> int:
     args += [f"{options.option(name).pytest}={getattr(a, name)}" for name in BENCH_FORWARDED if name in explicit]
     if a.smoke:
         args.append("--smoke")
-    rc = subprocess.call(args + list(a.pytest_args), env=env)
     reports = options.env_value("reports")
     root = Path(reports) if reports else bench_dir.parent / "reports"
-    print(f"report: {root / dev / 'index.html'} (report.html, benchmark.json)", file=sys.stderr)
+    started = time.time()
+    rc = subprocess.call(args + list(a.pytest_args), env=env)
+    written = root / dev / "benchmark.json"
+    if written.is_file() and written.stat().st_mtime >= started - 1:
+        print(f"report: {root / dev / 'index.html'} (report.html, benchmark.json)", file=sys.stderr)
+    else:
+        print(f"no report was written (pytest exit {rc})", file=sys.stderr)
+    if rc not in (0, 1):  # pytest's usage error, interruption or internal error: not a failed exactness gate
+        raise BadInputError(f"the benchmark's pytest stopped with exit code {rc} before finishing: see its output "
+                            "above")
     return rc
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Exit codes: 0 ok, 1 an exactness gate failed, 2 bad input (a clear `error:` line, no traceback)."""
-    a = build_parser().parse_args(argv)
-    try:
-        if a.cmd == "methods":
-            return cmd_methods(a.markdown)
-        if a.cmd == "prepare":
-            return cmd_prepare(a)
-        if a.cmd == "check":
-            from .runtime.devicecheck import device_check
+def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
+    """Widths above the prepared drafter's block size B, refused once, before the child pytest starts (it
+    refused them in each of its cases)."""
+    from .prepare.artifacts import MANIFEST
+    from .safeio import read_json
 
-            print(json.dumps(device_check(a.device), indent=2))
-            return 0
-        if a.cmd == "bench":
-            return cmd_bench(a)
-        if a.cmd == "export":
-            return cmd_export(a)
-        if a.cmd == "import":
-            return cmd_import(a)
-        if a.cmd == "export-drafter":
-            return cmd_export_drafter(a)
-        return cmd_run(a)
-    except DFlashError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    given = options.env_value("widths")
+    flag = options.option("widths").pytest
+    for i, arg in enumerate(pytest_args):
+        if arg == flag and i + 1 < len(pytest_args):
+            given = options.option("widths").parse(pytest_args[i + 1], flag)
+        elif arg.startswith(flag + "="):
+            given = options.option("widths").parse(arg.split("=", 1)[1], flag)
+    if given == "auto":
+        return
+    doc = read_json(artifacts / MANIFEST, "manifest", BadInputError, "run `python -m dflash_core prepare --refresh`")
+    block = ((doc.get("drafter") or {}).get("config") or {}).get("block_size") if isinstance(doc, dict) else None
+    widths = [int(w) for w in str(given).split(",")]
+    if isinstance(block, int) and max(widths) > block:
+        raise BadInputError(f"DFLASH_WIDTHS / --bench-widths {given}: the widths {[w for w in widths if w > block]} "
+                            f"exceed the drafter's block size B={block}: give widths in 1..{block}")
+
+
+def _dispatch(a) -> int:
+    if a.cmd == "methods":
+        return cmd_methods(a.markdown)
+    if a.cmd == "check":
+        from .runtime.devicecheck import device_check
+
+        print(json.dumps(device_check(a.device), indent=2))
+        return 0
+    commands = {"prepare": cmd_prepare, "bench": cmd_bench, "export": cmd_export, "import": cmd_import,
+                "export-drafter": cmd_export_drafter, "run": cmd_run}
+    return commands[a.cmd](a)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit codes: 0 ok, 1 an exactness gate failed, 2 bad input (one `error:` line, no traceback).
+
+    Every command runs inside one error boundary (`errors.guarded`): bad input, unreadable or unwritable files,
+    a full disk and absurdly nested input all end as one `error:` line and exit 2, never a traceback (whose
+    exit status 1 would read as a failed exactness gate).
+    """
+    a = build_parser().parse_args(argv)
+    return guarded(_dispatch, a)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from .errors import BadInputError
 DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
 KERNEL_CHOICES = ("auto", "eager", "onednn")
 HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
+MAX_THREADS = 256
 
 
 def _widths(text: str) -> str:
@@ -57,6 +58,7 @@ class Option:
     type: Callable[[str], Any] = str
     choices: tuple[str, ...] | None = None
     minimum: int | None = None
+    maximum: int | None = None
     cli: str | None = None
     pytest: str | None = None
     default_text: str | None = None  # how the README states the default (when `default` is None or terse)
@@ -76,7 +78,10 @@ class Option:
         if self.choices is not None and value not in self.choices:
             raise BadInputError(f"{source}={raw!r} is not one of {', '.join(self.choices)}")
         if self.minimum is not None and value < self.minimum:
-            raise BadInputError(f"{source}={raw!r} must be an integer >= {self.minimum}")
+            raise BadInputError(f"{source}={raw!r} must be an integer >= {self.minimum}"
+                                + (f" and <= {self.maximum}" if self.maximum is not None else ""))
+        if self.maximum is not None and value > self.maximum:
+            raise BadInputError(f"{source}={raw!r} must be an integer <= {self.maximum} (and >= {self.minimum})")
         return value
 
     def from_env(self, environ: Mapping[str, str] | None = None) -> Any:
@@ -125,8 +130,9 @@ OPTIONS: tuple[Option, ...] = (
            pytest="--drafter", default_text="none: prepare trains one", commands=RUNS + ("bench",), bench=True),
     Option("home", "DFLASH_HOME", "~/.cache/dflash-mini-lab", "artifact cache: the mini target, the drafter and the "
            "method fits", cli="--home", commands=RUNS + ("bench", "export", "import", "export-drafter")),
-    Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, cli="--threads",
-           pytest="--bench-threads", commands=RUNS, bench=True),
+    # 256: far above any CPU the lab runs on; torch creates the threads it is asked for (1,000,000 hung the run).
+    Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, maximum=MAX_THREADS,
+           cli="--threads", pytest="--bench-threads", commands=RUNS, bench=True),
     # The benchmark matrix (benchmarks/conftest.py, BenchConfig).
     Option("tokens", "DFLASH_TOKENS", 48, "benchmark tokens per prompt", type=int, minimum=0,
            pytest="--bench-tokens", bench=True),
@@ -203,6 +209,28 @@ def add_pytest_option(group, name: str) -> None:
     o = BY_NAME[name]
     group.addoption(o.pytest, default=o.from_env(), type=o.argparse_type(),
                     help=f"{o.help} (env {o.env}, default {o.default_text or o.default})")
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Parse every DFLASH_* knob of the table: a bad one is refused before any work, whichever command reads it
+    later (`bench` hands them to a child pytest that would otherwise refuse them only after `prepare`)."""
+    for o in OPTIONS:
+        if o.env:
+            o.from_env(environ)
+
+
+def check_pytest_args(args: list[str]) -> None:
+    """The table's pytest options among pass-through arguments (`--bench-widths 99`, `--bench-tokens=abc`),
+    parsed with the table's checks before any work."""
+    by_flag = {o.pytest: o for o in OPTIONS if o.pytest}
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in by_flag:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise BadInputError(f"{flag} needs a value")
+                value = args[i + 1]
+            by_flag[flag].parse(value, flag)
 
 
 def resolve(ns, names: tuple[str, ...] | list[str]) -> list[str]:

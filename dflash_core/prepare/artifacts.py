@@ -17,6 +17,7 @@ import os
 import platform
 import re
 import secrets
+import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,6 +39,20 @@ def dflash_home(home: str | Path | None = None) -> Path:
     from ..options import env_value
 
     return Path(home if home is not None else env_value("home")).expanduser()
+
+
+def check_home(home: str | Path | None = None) -> Path:
+    """The home, refused up front when it (or a folder above it) exists and is not a directory."""
+    from ..errors import BadInputError
+
+    d = dflash_home(home)
+    for p in [d, *d.parents]:
+        if p.exists():
+            if not p.is_dir():
+                raise BadInputError(f"the home {d} (--home / DFLASH_HOME) cannot be a folder: {p} is a file; pass "
+                                    "a directory")
+            break
+    return d
 
 
 def mini_target_dir(home: str | Path | None = None) -> Path:
@@ -238,10 +253,14 @@ def home_lock_path(home: str | Path | None = None) -> Path:
     return Path(os.path.abspath(dflash_home(home) / LOCK_FILE))
 
 
+_LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held (recovery runs at depth 1 only)
+
+
 @contextmanager
 def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     """Hold the home's lock (reentrant in one thread). A second process or thread waits for the holder,
-    so a reader never sees a half-rewritten home and never races a rebuild."""
+    so a reader never sees a half-rewritten home and never races a rebuild. The outermost holder first repairs
+    what a killed `import` left (`bundle.recover_imports`), so no command sees a home without its artifacts."""
     import logging
 
     from filelock import FileLock, Timeout
@@ -262,9 +281,17 @@ def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     except OSError:
         yield
         return
+    depth = _LOCK_DEPTH.__dict__.setdefault("by_path", {})
+    key = str(path)
+    depth[key] = depth.get(key, 0) + 1
     try:
+        if depth[key] == 1:  # the outermost holder: nothing else of this home is in progress
+            from .bundle import recover_imports
+
+            recover_imports(path.parent)  # an import a kill interrupted is finished or undone first
         yield
     finally:
+        depth[key] -= 1
         lock.release()
 
 
@@ -310,10 +337,9 @@ def write_manifest(directory: Path, identity: dict, files: dict[str, dict], extr
 
 def _load_manifest_doc(mpath: Path, fix: str, what: str) -> dict:
     """Parse a manifest and check its shape: valid JSON of the wrong shape is corruption, not a crash."""
-    try:
-        doc = json.loads(mpath.read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{mpath} is not valid JSON ({exc}): {fix}") from exc
+    from ..safeio import read_json
+
+    doc = read_json(mpath, what, ArtifactError, fix)  # a regular file, bounded size and nesting, no NaN
     if not isinstance(doc, dict):
         raise ArtifactError(f"{mpath} is not a {what} (a JSON object was expected, found "
                             f"{type(doc).__name__}): the file is corrupt; {fix}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import os
 import re
 import secrets
@@ -123,21 +122,46 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
 
     Written into a temp directory beside `out`, then moved into place: a reader never sees half a checkpoint.
     """
+    from safetensors import SafetensorError
+
+    from ..errors import os_error_message
+    from ..safeio import normal_modes
+
     out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise BadInputError(f"--out {out} exists and is not an empty directory: name a new directory")
+    check_drafter_out(out)
     model = to_hf_model(copy.deepcopy(drafter).float().cpu(), target_config, identity)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(tmp))
+        normal_modes(tmp)  # save_pretrained leaves model.safetensors 0600
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
+    except OSError as exc:
+        raise BadInputError(os_error_message(exc, writing=str(out)) + "; nothing was written") from exc
+    except SafetensorError as exc:  # safetensors reports a failed write as its own error, with the OS's errno
+        code = re.search(r"os error (\d+)", str(exc))
+        err = OSError(int(code.group(1)), str(exc)) if code else OSError(str(exc))
+        raise BadInputError(os_error_message(err, writing=str(out)) + "; nothing was written") from exc
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp)
+            shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def check_drafter_out(out: Path) -> None:
+    """export-drafter's --out: a new or empty directory under a directory (checked before loading anything)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInputError(f"--out {out} exists and is not an empty directory: name a new directory")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise BadInputError(f"--out {out}: {parent} is not a directory: choose another --out")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise BadInputError(f"--out {out}: permission denied on {parent} (read-only or not yours): choose "
+                                    "a folder you can write")
+            break
 
 
 # --- import ---------------------------------------------------------------------------------------------
@@ -146,19 +170,40 @@ def resolve_drafter_source(source: str, revision: str | None = None) -> Path:
     """A local directory, or a hub id's snapshot (config + safetensors only). Unusable names say what to pass."""
     p = Path(source).expanduser()
     if p.is_dir():
-        if not (p / "config.json").is_file():
+        if not (p / "config.json").exists():
             raise BadInputError(f"--drafter {source}: the directory has no config.json; pass a directory written "
                                 "by `python -m dflash_core export-drafter` or any transformers DFlash drafter")
+        check_drafter_dir(p)
         return p
     if source.startswith((".", "/", "~")) or source.count("/") != 1:
         raise BadInputError(f"--drafter {source!r} is neither an existing directory nor a hub id (owner/name)")
     from huggingface_hub import snapshot_download
 
     try:
-        return Path(snapshot_download(source, revision=revision, allow_patterns=HUB_PATTERNS))
+        snap = Path(snapshot_download(source, revision=revision, allow_patterns=HUB_PATTERNS))
     except Exception as exc:  # offline, unknown repo, HTTP: all mean the same to the user
         raise BadInputError(f"could not fetch the drafter {source!r} from the hub or its cache ({type(exc).__name__}"
                             "); without hub access download it elsewhere and pass --drafter /path/to/dir") from exc
+    check_drafter_dir(snap)
+    return snap
+
+
+def check_drafter_dir(directory: Path) -> None:
+    """Everything about a drafter directory that needs no model: config.json's schema and bounds, and weight
+    files that are regular files (a FIFO or a link to /dev/zero would hang the digest)."""
+    read_hf_config(directory)
+    weight_files(directory)
+
+
+def weight_files(directory: Path) -> list[Path]:
+    """The drafter's *.safetensors files, each a regular file of bounded size (stat before open)."""
+    from ..safeio import check_regular_file
+
+    files = sorted(directory.glob("*.safetensors"))
+    for f in files:
+        check_regular_file(f, "--drafter weight file", BadInputError, "pass a drafter whose *.safetensors are plain "
+                           "files", max_bytes=MAX_DRAFTER_PARAMETERS * 8)
+    return files
 
 
 def drafter_digest(directory: Path) -> str:
@@ -166,22 +211,94 @@ def drafter_digest(directory: Path) -> str:
     from .artifacts import hash_file_into
 
     h = hashlib.sha256()
-    for p in [directory / "config.json", *sorted(directory.glob("*.safetensors"))]:
+    for p in [directory / "config.json", *weight_files(directory)]:
         h.update(p.name.encode())
         hash_file_into(h, p)
     return h.hexdigest()
 
 
+# Bounds on a drafter's config, checked before anything is allocated (a config asking for 100,000 layers or an
+# intermediate size of 1e9 allocated terabytes). Published DFlash drafters are far inside them.
+MAX_DRAFTER_LAYERS = 64
+MAX_DRAFTER_HIDDEN = 16384
+MAX_DRAFTER_INTERMEDIATE = 131072
+MAX_DRAFTER_HEADS = 256
+MAX_DRAFTER_BLOCK = 65  # transformers' count (anchor + drafted tokens)
+MAX_DRAFTER_PARAMETERS = 4_000_000_000
+INT_FIELDS = {"hidden_size": MAX_DRAFTER_HIDDEN, "num_hidden_layers": MAX_DRAFTER_LAYERS,
+              "num_attention_heads": MAX_DRAFTER_HEADS, "intermediate_size": MAX_DRAFTER_INTERMEDIATE,
+              "block_size": MAX_DRAFTER_BLOCK, "mask_token_id": 1 << 24}
+OPTIONAL_INT_FIELDS = {"head_dim": 4096, "num_key_value_heads": MAX_DRAFTER_HEADS}
+
+
+def _int_in(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def check_hf_config(doc: dict, where: str) -> None:
+    """Required fields, their types and sane bounds (see the MAX_DRAFTER_* limits), or a BadInputError naming
+    the field: a drafter config is checked before any tensor is allocated."""
+    from ..safeio import finite
+
+    fix = "pass a transformers-format DFlash drafter (e.g. one written by `python -m dflash_core export-drafter`)"
+    for k, hi in INT_FIELDS.items():
+        lo = 0 if k == "mask_token_id" else 2 if k == "block_size" else 1
+        if not _int_in(doc.get(k), lo, hi):
+            raise BadInputError(f"--drafter {where}: config.json field {k} is {str(doc.get(k))[:40]!r}, not an "
+                                f"integer in {lo}..{hi}: {fix}")
+    for k, hi in OPTIONAL_INT_FIELDS.items():
+        if doc.get(k) is not None and not _int_in(doc[k], 1, hi):
+            raise BadInputError(f"--drafter {where}: config.json field {k} is {str(doc[k])[:40]!r}, not an integer "
+                                f"in 1..{hi} (or absent): {fix}")
+    taps = doc.get("target_layer_ids")
+    if not (isinstance(taps, list) and 1 <= len(taps) <= 64 and all(_int_in(t, 0, 4095) for t in taps)):
+        raise BadInputError(f"--drafter {where}: config.json field target_layer_ids is {str(taps)[:60]!r}, not a "
+                            f"list of 1..64 layer ids (integers >= 0): {fix}")
+    eps = doc.get("rms_norm_eps")
+    if not (finite(eps) and 0 < eps < 1):
+        raise BadInputError(f"--drafter {where}: config.json field rms_norm_eps is {str(eps)[:40]!r}, not a number "
+                            f"in (0, 1): {fix}")
+    rope = doc.get("rope_parameters")
+    if rope is not None and not (isinstance(rope, dict) and finite(rope.get("rope_theta", 1.0))
+                                 and rope.get("rope_theta", 1.0) > 0):
+        raise BadInputError(f"--drafter {where}: config.json field rope_parameters must be an object with a "
+                            f"positive rope_theta: {fix}")
+    if doc.get("dflash_target_vocab_size") is not None and not _int_in(doc["dflash_target_vocab_size"], 1, 1 << 24):
+        raise BadInputError(f"--drafter {where}: config.json field dflash_target_vocab_size must be a positive "
+                            f"integer: {fix}")
+    for k in ("dflash_target_tokenizer_sha256", "dflash_target_content_sha256"):
+        if doc.get(k) is not None and not isinstance(doc[k], str):
+            raise BadInputError(f"--drafter {where}: config.json field {k} must be a string: {fix}")
+    types = doc.get("layer_types")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise BadInputError(f"--drafter {where}: config.json field layer_types must be a list of strings: {fix}")
+    H, nh = doc["hidden_size"], doc["num_attention_heads"]
+    hd = doc.get("head_dim") or (H // nh if H % nh == 0 else None)
+    if hd is None:
+        raise BadInputError(f"--drafter {where}: hidden_size {H} is not a multiple of num_attention_heads {nh} and "
+                            f"no head_dim is given: {fix}")
+    nkv = doc.get("num_key_value_heads") or nh
+    if nh % nkv:
+        raise BadInputError(f"--drafter {where}: num_attention_heads {nh} is not a multiple of num_key_value_heads "
+                            f"{nkv}: {fix}")
+    per_layer = 2 * H * nh * hd + 2 * H * nkv * hd + 3 * H * doc["intermediate_size"]
+    params = doc["num_hidden_layers"] * per_layer + len(taps) * H * H
+    if params > MAX_DRAFTER_PARAMETERS:
+        raise BadInputError(f"--drafter {where}: config.json describes about {params:.3g} parameters, more than the "
+                            f"{MAX_DRAFTER_PARAMETERS:.0e} this lab loads: {fix}")
+
+
 def read_hf_config(directory: Path) -> dict:
-    """config.json of a transformers DFlash drafter, as data (checked to be one)."""
-    try:
-        doc = json.loads((directory / "config.json").read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{directory / 'config.json'} is not readable JSON ({exc}): re-export the drafter") from exc
+    """config.json of a transformers DFlash drafter, as data (checked to be one, with sane bounds)."""
+    from ..safeio import read_json
+
+    doc = read_json(directory / "config.json", "--drafter config", BadInputError, "re-export the drafter",
+                    max_bytes=4 << 20)
     if not isinstance(doc, dict) or doc.get("model_type") != MODEL_TYPE:
         found = doc.get("model_type") if isinstance(doc, dict) else type(doc).__name__
         raise BadInputError(f"--drafter {directory}: config.json has model_type {found!r}, not {MODEL_TYPE!r} "
                             "(transformers' DFlash drafter): pass a DFlash drafter checkpoint")
+    check_hf_config(doc, str(directory))
     return doc
 
 
@@ -249,7 +366,7 @@ def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
     doc = read_hf_config(directory)
     check_compatible(doc, rt, identity)
     dcfg = drafter_config_from_hf(doc, rt.vocab_size)
-    files = sorted(directory.glob("*.safetensors"))
+    files = weight_files(directory)
     if not files:
         raise ArtifactError(f"--drafter {directory}: no *.safetensors weights (the lab never loads pickled .bin "
                             "weights): re-save the drafter with safetensors")
@@ -260,6 +377,10 @@ def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
     except (SafetensorError, OSError) as exc:
         raise ArtifactError(f"--drafter {directory}: the weights are unreadable ({exc}): re-export or "
                             "re-download the drafter") from exc
+    bad = [k for k, t in sd.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        raise BadInputError(f"--drafter {directory}: weights {sorted(bad)[:4]} hold NaN or infinite values: the "
+                            "checkpoint is broken; re-export or re-download it")
     drafter = DFlashDrafter(dcfg)
     ours = from_hf_state_dict(sd)
     missing = sorted(set(drafter.state_dict()) - set(ours))

@@ -319,6 +319,7 @@ def build_mini_target(
     import shutil
     import tempfile
 
+    from ..safeio import normal_modes
     from .artifacts import write_target_manifest
 
     t0 = time.perf_counter()
@@ -359,6 +360,7 @@ def build_mini_target(
         tokenizer.save_pretrained(tmp)
         Path(tmp, META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         write_target_manifest(tmp)  # SHA-256 + size of every file: a flipped byte is refused at load
+        normal_modes(tmp)  # save_pretrained writes model.safetensors 0600: others sharing the home could not read it
         (out / "config.json").unlink(missing_ok=True)
         names = sorted(p.name for p in Path(tmp).iterdir())
         for name in [n for n in names if n != "config.json"] + ["config.json"]:

@@ -185,8 +185,10 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     accept_recorded = cfg is None
     cfg = cfg or PrepareConfig()
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise BadInputError(f"--threads must be an integer >= 1, got {threads!r}")
+        from ..options import MAX_THREADS
+
+        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+            raise BadInputError(f"--threads must be an integer in 1..{MAX_THREADS}, got {threads!r}")
         cfg = replace(cfg, threads=threads)
     ensure_console_logging()
     with torch_threads(cfg.threads), home_lock(home, wait_message="another prepare is running"):

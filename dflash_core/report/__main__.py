@@ -11,12 +11,11 @@ Exit codes: 0 ok, 1 exactness gate failed / regression found, 2 bad input.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from ..errors import DFlashError
-from .build import SCHEMA, SCHEMA_VERSION, ReportInputError, build_report, load_saved
-from .gate import GateConfig, gate
+from ..errors import guarded
+from .build import SCHEMA, SCHEMA_VERSION, ReportInputError, build_report, load_saved, validate_saved
+from .gate import GateConfig, gate, threshold
 from .runs import resolve_runs
 from .write import write_report
 
@@ -36,10 +35,10 @@ def _gate_parser() -> argparse.ArgumentParser:
     ap.add_argument("base", help="baseline: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("new", help="run to check: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("--storage", default=".benchmarks")
-    ap.add_argument("--speedup-drop", type=float, default=GateConfig.speedup_drop,
+    ap.add_argument("--speedup-drop", type=threshold, default=GateConfig.speedup_drop,
                     help="fail when a median paired speedup drops by more than this fraction and the Q1-Q3 "
                          "ranges of the two runs do not overlap (default %(default)s)")
-    ap.add_argument("--tau-tolerance", type=float, default=GateConfig.tau_tolerance,
+    ap.add_argument("--tau-tolerance", type=threshold, default=GateConfig.tau_tolerance,
                     help="allowed relative drop of tokens per target call (default %(default)s)")
     return ap
 
@@ -50,43 +49,49 @@ def _build(args: list[str], storage: str) -> dict:
 
 
 def _load_doc(arg: str, storage: str) -> dict:
-    """A canonical benchmark.json as is, anything else as saved runs built into one."""
-    try:
-        with open(arg, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        doc = None
+    """A canonical benchmark.json as is, anything else as saved runs built into one (a file is read once, under
+    the same limits as every saved run: safeio.read_json)."""
+    from pathlib import Path
+
+    from ..safeio import read_json
+
+    if not Path(arg).exists() or Path(arg).is_dir():
+        return _build([arg], storage)
+    doc = read_json(arg, "benchmark file", ReportInputError, "pass a saved run or a report's benchmark.json")
     if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise ReportInputError(f"{arg}: benchmark.json schema_version {doc.get('schema_version')!r}, this lab "
                                    f"reads {SCHEMA_VERSION}: rebuild it with python -m dflash_core.report SAVED")
         return doc
-    return _build([arg], storage)
+    validate_saved(doc, arg)
+    return build_report([doc], [arg])
+
+
+def _gate(argv: list[str]) -> int:
+    a = _gate_parser().parse_args(argv)
+    base, new = _load_doc(a.base, a.storage), _load_doc(a.new, a.storage)
+    problems = gate(base, new, GateConfig(a.speedup_drop, a.tau_tolerance))
+    for p in problems:
+        print(f"REGRESSION {p}")
+    print(f"gate: {len(problems)} regression(s)" if problems else "gate: no regression")
+    return 1 if problems else 0
+
+
+def _report(argv: list[str]) -> int:
+    a = _report_parser().parse_args(argv)
+    doc = _build(a.saved, a.storage)
+    out = write_report(doc, a.out)
+    print(out)
+    return 0 if doc["exactness"]["all_exact"] else 1
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit 0 ok, 1 exactness failed (report) or a regression found (gate), 2 bad input: one `error:` line
+    (errors.guarded: unreadable or unwritable files, a full disk, hostile JSON included)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv[:1] == ["gate"]:
-            a = _gate_parser().parse_args(argv[1:])
-            base, new = _load_doc(a.base, a.storage), _load_doc(a.new, a.storage)
-            try:
-                problems = gate(base, new, GateConfig(a.speedup_drop, a.tau_tolerance))
-            except (KeyError, TypeError) as exc:
-                raise ReportInputError(f"a benchmark.json lacks or mistypes a field ({exc!r}): rebuild it with "
-                                       "python -m dflash_core.report SAVED") from exc
-            for p in problems:
-                print(f"REGRESSION {p}")
-            print(f"gate: {len(problems)} regression(s)" if problems else "gate: no regression")
-            return 1 if problems else 0
-        a = _report_parser().parse_args(argv)
-        doc = _build(a.saved, a.storage)
-        out = write_report(doc, a.out)
-    except DFlashError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(out)
-    return 0 if doc["exactness"]["all_exact"] else 1
+    if argv[:1] == ["gate"]:
+        return guarded(_gate, argv[1:])
+    return guarded(_report, argv)
 
 
 if __name__ == "__main__":

@@ -62,38 +62,33 @@ def _reject_nan(obj: Any, where: str) -> None:
 
 
 def load_saved(path: str | Path) -> dict:
-    """Read one saved pytest-benchmark JSON file strictly (UTF-8, no NaN, lab fields present and typed)."""
+    """Read one saved pytest-benchmark JSON file strictly (UTF-8, no NaN, bounded size and nesting, lab fields
+    present and typed)."""
+    from ..safeio import read_json
+
     p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ReportInputError(f"cannot read {p}: {exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ReportInputError(f"{p} is not UTF-8 text ({exc.reason} at byte {exc.start}); pass a JSON file "
-                               "written by pytest --benchmark-autosave or --benchmark-json") from exc
-
-    def no_const(c):
-        raise ReportInputError(f"{p}: non-finite number {c} in JSON; re-run the benchmark")
-
-    try:
-        doc = json.loads(text, parse_constant=no_const)
-    except ValueError as exc:
-        if isinstance(exc, ReportInputError):
-            raise
-        raise ReportInputError(f"{p} is not valid JSON ({exc}); pass a file written by "
-                               "pytest --benchmark-autosave or --benchmark-json") from exc
+    doc = read_json(p, "saved run", ReportInputError, "pass a JSON file written by pytest --benchmark-autosave or "
+                    "--benchmark-json")
     validate_saved(doc, str(p))
     return doc
 
 
 # --- field checks: (kind, description) per extra_info key --------------------------------------------
 
+# Bounds on saved numbers: nothing the lab measures comes near them, and beyond them the statistics overflow
+# (rounds of 1e308 made the quartiles inf) or leave a float's range (a 400-digit integer).
+MAX_NUMBER = 1e12
+MAX_INT = 2 ** 53
+MAX_ROUNDS = 20_000  # rounds of one case, pooled runs together: the bootstrap's time grows with them
+MAX_WIDTH = 4096  # verify widths are block sizes (16 by default)
+
+
 def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= MAX_NUMBER and v == v
 
 
 def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_INT
 
 
 _KINDS = {
@@ -102,11 +97,14 @@ _KINDS = {
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "id": (lambda v: isinstance(v, str) and bool(ID_RE.match(v)), "an id of [a-z0-9_]"),
     "str": (lambda v: isinstance(v, str), "a string"),
-    "nums": (lambda v: isinstance(v, list) and all(_is_num(x) and x >= 0 for x in v), "a list of numbers >= 0"),
-    "ints": (lambda v: isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v), "a list of integers >= 0"),
+    "nums": (lambda v: isinstance(v, list) and len(v) <= MAX_ROUNDS and all(_is_num(x) and x >= 0 for x in v),
+             f"a list of at most {MAX_ROUNDS} numbers >= 0"),
+    "ints": (lambda v: isinstance(v, list) and len(v) <= MAX_ROUNDS and all(_is_int(x) and x >= 0 for x in v),
+             "a list of integers >= 0"),
     "verdicts": (lambda v: isinstance(v, dict) and all(k in VERDICTS and _is_int(n) and n >= 0 for k, n in v.items()),
                  f"an object of counts keyed by {'/'.join(VERDICTS)}"),
     "obj": (lambda v: isinstance(v, dict), "an object"),
+    "width": (lambda v: _is_int(v) and 0 <= v <= MAX_WIDTH, f"an integer in 0..{MAX_WIDTH}"),
     "activity": (lambda v: _is_activity(v), "an object of integer counts (" + ", ".join(ACTIVITY_COUNTS) + ") and a "
                  "status (" + "/".join(ACTIVITY_STATUS) + ")"),
     "race": (lambda v: isinstance(v, dict) and _is_int(v.get("rounds")) and _is_int(v.get("extra_rounds"))
@@ -114,7 +112,7 @@ _KINDS = {
              + ")"),
 }
 DECODE_FIELDS = {
-    "method": "id", "width": "int", "speedup": "num", "speedup_iqr": "num", "speedup_rounds": "nums",
+    "method": "id", "width": "width", "speedup": "num", "speedup_iqr": "num", "speedup_rounds": "nums",
     "tokens_per_second": "num", "normal_tokens_per_second": "num", "tokens_per_target_call": "num",
     "acceptance_rate": "num", "accept_histogram": "ints", "per_position_acceptance": "nums",
     "guidance_work": "int", "overhead_fraction": "num", "exact": "bool", "verdicts": "verdicts",
@@ -130,6 +128,11 @@ DECODE_OPTIONAL = {
 }
 REFERENCE_FIELDS = {"reference": "str", "tokens_per_second": "num", "speedup": "num", "speedup_iqr": "num",
                     "speedup_rounds": "nums", "exact": "bool", "verdicts": "verdicts"}
+
+
+def _is_width_key(w: Any) -> bool:
+    """A verify-cost width key: a decimal integer in 0..MAX_WIDTH (the report computes w + 1 from it)."""
+    return isinstance(w, str) and w.isascii() and w.isdigit() and len(w) <= 4 and int(w) <= MAX_WIDTH
 
 
 def _check(ex: dict, required: dict, optional: dict, where: str) -> None:
@@ -185,9 +188,10 @@ def validate_saved(doc: Any, where: str) -> None:
         elif kind == "test_verify_cost":
             vc = ex.get("verify_cost")
             if not (isinstance(vc, dict) and isinstance(vc.get("ratio"), dict) and _is_num(vc.get("t_decode_seconds"))
-                    and all(_is_num(v) for v in vc["ratio"].values())):
-                raise ReportInputError(f"{at}: extra_info.verify_cost must hold 'ratio' (w -> number) and "
-                                       "'t_decode_seconds'")
+                    and all(_is_num(v) and v >= 0 for v in vc["ratio"].values())
+                    and all(_is_width_key(w) for w in vc["ratio"])):
+                raise ReportInputError(f"{at}: extra_info.verify_cost must hold 'ratio' (width 0..{MAX_WIDTH} -> "
+                                       "number >= 0) and 't_decode_seconds'")
 
 
 # --- pooling -----------------------------------------------------------------------------------------
@@ -241,6 +245,9 @@ def _pool_rows(rows: list[dict]) -> dict:
         sp = out["speedup_rounds"]
     else:
         sp = [x for r in rows for x in r["speedup_rounds"]]
+        if len(sp) > MAX_ROUNDS or sum(len(r.get("vs_baseline_rounds") or []) for r in rows) > MAX_ROUNDS:
+            raise ReportInputError(f"pooling these runs gives a case more than {MAX_ROUNDS} rounds, more than the "
+                                   "report's bootstrap takes: pool fewer runs")
         q1, med, q3 = quartiles(sp)
         out.update(speedup=med, speedup_iqr=q3 - q1, speedup_rounds=sp,
                    tokens_per_second=statistics.median(r["tokens_per_second"] for r in rows),
@@ -289,7 +296,7 @@ def ranked_cases(methods: dict) -> dict:
 def _resolution(lab: dict) -> float:
     """The run's --bench-resolution; saved runs that predate the option get today's default (the options table's)."""
     v = (lab.get("settings") or {}).get("resolution") if isinstance(lab.get("settings"), dict) else None
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+    ok = _is_num(v) and v >= 0
     return float(v) if ok else option("resolution").default
 
 

@@ -18,7 +18,7 @@ def resolve_runs(args: list[str], storage: str | Path = ".benchmarks") -> list[P
     store = Path(storage)
     out: list[Path] = []
     for arg in args:
-        if Path(arg).is_file():
+        if Path(arg).exists() and not Path(arg).is_dir():  # a FIFO or device too: load_saved refuses it by name
             found = [Path(arg)]
         elif not store.is_dir():
             raise ReportInputError(f"{arg!r} is not a file, and the storage folder {store} does not exist: run "
@@ -26,8 +26,9 @@ def resolve_runs(args: list[str], storage: str | Path = ".benchmarks") -> list[P
         else:
             try:
                 found = FileStorage(store, logger=None).query(arg)
-            except ValueError as exc:
-                raise ReportInputError(f"{arg!r}: {exc}") from exc
+            except (ValueError, NotImplementedError) as exc:  # pathlib's glob refuses absolute patterns this way
+                raise ReportInputError(f"{arg!r} is not a file, and not a run id or glob of {store} ({exc}): pass an "
+                                       "existing file, a run id (0001) or a relative glob") from exc
         if not found:
             raise ReportInputError(f"no saved run matches {arg!r} under {store}: pass a run id (0001), a "
                                    "glob ('*_abc1234*'), 'MACHINE/0001' or a file path")

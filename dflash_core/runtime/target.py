@@ -295,22 +295,65 @@ def _checkpoint_meta(where: Path, error) -> dict:
     """Facts the checkpoint states about itself: the lab's mini target (and any copy of it) carries
     mini_target_meta.json, whose prompt family is 'code' (its corpus is Python source)."""
     from ..prepare.minitarget import META_FILE
+    from ..safeio import read_json
 
     path = where / META_FILE
-    if not path.is_file():
+    if not path.exists():
         return {"family": None, "mini_corpus_files": None}
+    fix = "restore it or delete the file"
+    meta = read_json(path, "checkpoint metadata", error, fix, max_bytes=16 << 20)
     try:
-        meta = json.loads(path.read_text("utf-8"))
-        return {"family": str(meta.get("prompt_family", "code")),
-                "mini_corpus_files": int(meta.get("config", {}).get("corpus_files", 400))}
-    except (OSError, ValueError, AttributeError, TypeError) as exc:
-        raise error(f"{path} is not valid checkpoint metadata ({exc}): restore it or delete the file") from exc
+        files = int(meta.get("config", {}).get("corpus_files", 400))
+        if not 1 <= files <= 100_000:
+            raise ValueError(f"corpus_files {files} outside 1..100000")
+        return {"family": str(meta.get("prompt_family", "code"))[:64], "mini_corpus_files": files}
+    except (ValueError, AttributeError, TypeError, OverflowError) as exc:
+        raise error(f"{path} is not valid checkpoint metadata ({exc}): {fix}") from exc
+
+
+# Bounds on a target's config, checked before `from_pretrained` allocates anything (a config.json asking for
+# 100,000 layers allocated until the machine ran out of memory). LFM2.5-350M: 16 layers, hidden 1024, vocab 65536.
+TARGET_LIMITS = {"num_hidden_layers": 256, "hidden_size": 65536, "intermediate_size": 262144,
+                 "vocab_size": 1 << 21, "num_attention_heads": 1024, "num_key_value_heads": 1024,
+                 "max_position_embeddings": 1 << 24}
+MAX_TARGET_PARAMETERS = 10_000_000_000
+CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".model", ".txt", ".jinja", ".tiktoken")
+
+
+def check_checkpoint(where: Path, error) -> dict:
+    """What can be checked of a checkpoint directory without loading it: every file transformers may open is a
+    regular file (a FIFO or a link to /dev/zero hangs the loader), config.json is bounded JSON, asks for no code
+    of its own (`auto_map`: refused, as the README says, whatever the weights) and for a model of sane size."""
+    from ..safeio import check_regular_file, read_json
+
+    fix = f"restore the checkpoint in {where} (files must be plain files)"
+    for p in sorted(where.iterdir()):
+        if p.name.endswith(CHECKPOINT_SUFFIXES):
+            check_regular_file(p, "checkpoint file", error, fix)
+    cfg = read_json(where / "config.json", "checkpoint config", error, fix, max_bytes=16 << 20)
+    if not isinstance(cfg, dict):
+        raise error(f"{where / 'config.json'} is not a JSON object: {fix}")
+    if "auto_map" in cfg:
+        raise error(f"the checkpoint in {where} asks to run its own Python code (auto_map in config.json); the lab "
+                    "never runs a checkpoint's code (trust_remote_code=False): use a checkpoint of an architecture "
+                    "transformers ships (e.g. LFM2)")
+    for k, hi in TARGET_LIMITS.items():
+        v = cfg.get(k)
+        if v is not None and not (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= hi):
+            raise error(f"{where / 'config.json'}: {k} is {str(v)[:40]!r}, not an integer in 1..{hi}: {fix}")
+    H, L = cfg.get("hidden_size") or 0, cfg.get("num_hidden_layers") or 0
+    params = (cfg.get("vocab_size") or 0) * H + L * (4 * H * H + 3 * H * (cfg.get("intermediate_size") or 4 * H))
+    if params > MAX_TARGET_PARAMETERS:
+        raise error(f"{where / 'config.json'} describes about {params:.3g} parameters, more than the "
+                    f"{MAX_TARGET_PARAMETERS:.0e} this lab loads: {fix}")
+    return cfg
 
 
 def _load_model(where: Path, error):
     import torch
     from transformers import AutoModelForCausalLM
 
+    check_checkpoint(where, error)
     try:
         # Loaded in float32 first: the artifact identity is a property of the checkpoint, so it is hashed at
         # one precision whatever dtype the run uses (prepare works in float32; a float16/bfloat16 run must
