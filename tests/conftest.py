@@ -55,3 +55,6 @@ def mini_prepared() -> PreparedTarget:
     path = prepare("mini", progress=False)
     rt = load_target("mini", "cpu", "float32")
     return PreparedTarget(rt=rt, prepared=load_prepared(rt), home=None, path=path)
+
+
+from .browser import chromium  # noqa: E402,F401  (the one headless browser fixture of the session)
