@@ -600,3 +600,23 @@ def test_pages_in_chromium_draw_every_plot_and_eight_columns(chromium, tmp_path)
     for page, probe in (("report.html", report), ("index.html", chromium.probe(out / "index.html"))):
         assert probe["tables"]["methods-table"]["visible"] == DEFAULT_HEADERS, page
         assert probe["tables"]["methods-table"]["all"] == 19
+
+
+def test_screenshot_script_cuts_every_figure_out_of_the_report():
+    """scripts/screenshots.py shoots each figure alone: it must find all four in a report with data, sized to the
+    figure, and skip (not shoot empty axes of) a figure the run has no data for."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        from screenshots import PLOT_IDS, figure_page
+    finally:
+        sys.path.pop(0)
+    page = render_report(_rich())
+    for pid in PLOT_IDS:
+        fig = figure_page(page, pid)
+        assert fig is not None, pid
+        html_, w, h = fig
+        assert f'<svg id="{pid}"' in html_ and "<details>" not in html_ and w > 500 and h > 300
+    sparse = render_report(build_report([_saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5)])], ["r"]))
+    assert figure_page(sparse, "plot-noise") is None and figure_page(sparse, "plot-speedup-width") is not None

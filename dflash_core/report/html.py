@@ -31,6 +31,7 @@ a{color:#7fb2ff}
 .ctx{font-family:monospace;white-space:pre-wrap;color:#9fb3c8;margin:6px 3px}
 .banner{background:#5a3a12;border:1px solid #f5c26b;color:#ffe3b0;padding:10px 14px;margin:12px 0;border-radius:6px}
 .cols>input:not(:checked)~table .more{display:none} th[title]{cursor:help;text-decoration:underline dotted #4a5a6a}
+.cols td{white-space:nowrap} .kpi div{max-width:620px} .kpi b.long{font-size:15px}
 .figs{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start} figure{margin:0}
 figcaption{max-width:560px} svg.plot .axis-label{fill:#9fb3c8} svg.plot .panel-title{fill:#9fb3c8;font-weight:600}
 svg.plot g.series:hover path{stroke-width:3} svg.plot g.key text{fill:#c8d3de}
@@ -185,8 +186,8 @@ def _activity_summary(m: dict, b: dict) -> str:
     """One cell: 'baseline', 'no draft', 'inactive here: why', or the share of rounds whose draft differed from
     dflash's and the net accepted drafts that gained (the detail columns hold positions and gained/lost)."""
     label = activity_label(m)
-    if label.startswith("inactive"):
-        return f'<td class=activity><span class="muted inactive">{_e(label)}</span></td>'
+    if label.startswith("inactive"):  # the registry's sentence on why, as a tooltip: it would widen every row
+        return f'<td class=activity><span class="muted inactive" title="{_e(label)}">inactive here</span></td>'
     a = b.get("activity")
     if label or not isinstance(a, dict):
         return f"<td class=activity>{_e(label) or '–'}</td>"
@@ -492,7 +493,8 @@ def _group_kpi(doc: dict) -> str:
         return "<div>rank group 1<b id=rank-group-1>–</b></div>"
     g1 = groups[0]
     note = ("the only method in G1" if len(g1) == 1 else f"{len(g1)} methods this run cannot tell apart")
-    return (f"<div title=\"{_e(_group_rule(doc))}\">rank group 1<b id=rank-group-1>{_e(', '.join(g1))}</b>"
+    long = " class=long" if len(g1) > 3 else ""
+    return (f"<div title=\"{_e(_group_rule(doc))}\">rank group 1<b id=rank-group-1{long}>{_e(', '.join(g1))}</b>"
             f"<span class=muted>{_e(note)}</span></div>")
 
 
