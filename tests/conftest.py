@@ -9,6 +9,8 @@ import pytest
 
 from dflash_core.testing import tiny_prepare_config
 
+from .browser import chromium  # noqa: F401  (the one headless browser fixture of the session)
+
 TINY_PREP = tiny_prepare_config()
 
 
@@ -55,6 +57,3 @@ def mini_prepared() -> PreparedTarget:
     path = prepare("mini", progress=False)
     rt = load_target("mini", "cpu", "float32")
     return PreparedTarget(rt=rt, prepared=load_prepared(rt), home=None, path=path)
-
-
-from .browser import chromium  # noqa: E402,F401  (the one headless browser fixture of the session)
