@@ -65,20 +65,21 @@ class Frame:
 
     def __init__(self, xr: tuple[float, float], yr: tuple[float, float], x0: float = 0, width: float = W,
                  xticks: Sequence[float] | None = None, fmt_x: str = "{:g}", fmt_y: str = "{:g}",
-                 xlabel: str = "", ylabel: str = "", title: str = ""):
+                 xlabel: str = "", ylabel: str = "", title: str = "", yticks: Sequence[float] | None = None):
         self.left, self.right = x0 + PAD["left"], x0 + width - PAD["right"]
         self.top, self.bottom = PAD["top"], H - PAD["bottom"]
         self.x = _scale(xr[0], xr[1], self.left, self.right)
         self.y = _scale(yr[0], yr[1], self.bottom, self.top)
         self.xr, self.yr = xr, yr
         self.xticks = list(xticks) if xticks is not None else nice_ticks(*xr)
+        self.yticks = list(yticks) if yticks is not None else nice_ticks(*yr)
         self.fmt_x, self.fmt_y = fmt_x, fmt_y
         self.xlabel, self.ylabel, self.title = xlabel, ylabel, title
 
     def axes(self) -> str:
         out = [f'<rect class=frame x="{self.left:.1f}" y="{self.top:.1f}" width="{self.right - self.left:.1f}" '
                f'height="{self.bottom - self.top:.1f}" fill="none" stroke="#2b3a4a"/>']
-        for t in nice_ticks(*self.yr):
+        for t in self.yticks:
             y = self.y(t)
             out.append(f'<line x1="{self.left:.1f}" y1="{y:.1f}" x2="{self.right:.1f}" y2="{y:.1f}" '
                        f'stroke="#1f2b38"/><text x="{self.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">'
@@ -207,7 +208,9 @@ def acceptance_by_position(doc: dict) -> str:
     if not n:
         return _empty(pid, label, "no draft positions were measured")
     xr = (0.5, n + 0.5)
-    fr = Frame(xr, (0.0, 1.0), xticks=list(range(1, n + 1)) if n <= 16 else None, fmt_y="{:.0%}",
+    # a little room below 0 % and above 100 %, so points there sit clear of the frame
+    fr = Frame(xr, (-0.03, 1.03), xticks=list(range(1, n + 1)) if n <= 16 else None, fmt_y="{:.0%}",
+               yticks=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
                xlabel="draft position i", ylabel="accepted at i / proposed at i",
                title="acceptance per draft position (each method at its shown width)")
     body = [fr.axes()]
