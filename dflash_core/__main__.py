@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         options.add_cli_option(i, name)
     i.add_argument("bundle", help="bundle file written by `export`")
     x = sub.add_parser("export-drafter", help="write the prepared drafter as a transformers DFlash checkpoint "
-                       "(config.json + model.safetensors, MuseGlimmerAssistantModel)")
+                       "(config.json + model.safetensors, MuseGlimmerAssistantModel) with its model card README.md")
     for name in EXPORT_DRAFTER_OPTIONS:
         options.add_cli_option(x, name)
     x.add_argument("--out", required=True, help="directory to write (new or empty)")
@@ -170,6 +170,7 @@ def cmd_export_drafter(a) -> int:
     `generate(assistant_model=..., speculation_type="dflash")` drafts with it)."""
     from .prepare.artifacts import target_identity
     from .prepare.drafter_format import check_drafter_out, export_drafter
+    from .prepare.model_card import measured_tau, model_card
     from .prepare.prepared import load_prepared
     from .runtime.target import load_target
 
@@ -178,11 +179,27 @@ def cmd_export_drafter(a) -> int:
     check_target_args(a.target, a.home, a.revision)
     rt = load_target(a.target, "cpu", "float32", home=a.home, kernels="eager", **_optional(revision=a.revision))
     prepared = load_prepared(rt, home=a.home)  # refuses (with the prepare to run) when there is no drafter
-    out = export_drafter(prepared.drafter, rt.config, a.out, target_identity(rt))
+    ident = target_identity(rt)
     cfg = prepared.drafter.cfg
+    measured = _drafter_report(prepared, ident)
+    card = model_card(ident, prepared.manifest, rt.info.get("kind", "local"), cfg.to_dict(), measured_tau(measured))
+    out = export_drafter(prepared.drafter, rt.config, a.out, ident, card=card)
     print(json.dumps({"out": str(out), "target": a.target, "block_size": cfg.block_size + 1,
-                      "mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.taps)}))
+                      "mask_token_id": cfg.mask_token_id, "target_layer_ids": list(cfg.taps),
+                      "benchmark_report": measured is not None}))
     return 0
+
+
+def _drafter_report(prepared, ident: dict) -> dict | None:
+    """A benchmark.json of this drafter on this target, for the model card's tokens per target call: searched in
+    the report root `bench` writes to (DFLASH_REPORTS, else reports/ beside the package)."""
+    from .prepare.model_card import find_report
+    from .prepare.prepared import DRAFTER_FILE
+
+    reports = options.env_value("reports")
+    root = Path(reports) if reports else Path(__file__).resolve().parents[1] / "reports"
+    sha = ((prepared.manifest.get("files") or {}).get(DRAFTER_FILE) or {}).get("sha256")
+    return find_report([root], sha, ident.get("content_sha256"))
 
 
 def cmd_import(a) -> int:

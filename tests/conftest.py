@@ -9,6 +9,8 @@ import pytest
 
 from dflash_core.testing import tiny_prepare_config
 
+from .browser import chromium  # noqa: F401  (the one headless browser fixture of the session)
+
 TINY_PREP = tiny_prepare_config()
 
 

@@ -51,6 +51,7 @@ def hostile_saved() -> dict:
     lab["traces"] = {"dflash-w2": [{"draft": [5, 6], "accepted": 1, "token": 9, "bonus": False},
                                    {"draft": [6, 5], "accepted": 2, "token": 6, "bonus": True}]}
     lab["token_text"] = {"5": "<!--<script>", "6": HOSTILE, "9": "</script><img src=y onerror=alert(2)>"}
+    lab["trace_prompt"] = HOSTILE
     return d
 
 
@@ -65,3 +66,35 @@ def with_noise(saved: dict, start: list[float], end: list[float], threshold: flo
     """`saved` with an A/A noise section as BenchSession.lab_section writes it."""
     saved["dflash"]["noise"] = {"start": start, "end": end, "threshold": threshold}
     return saved
+
+
+def rich_saved() -> dict:
+    """A saved run with every registry method at three widths, the oracle rows, the verify-cost curve, A/A rounds,
+    per-round ratios against dflash and the traced prompt: every figure of the pages has data."""
+    from dflash_core.methods import METHOD_LIST
+
+    widths = (3, 7, 15)
+    rows = [bench_row("normal", 0)]
+    for i, m in enumerate(METHOD_LIST[1:]):
+        for w in widths:
+            sp = 1.5 + 0.08 * w ** 0.5 * (1 + 0.05 * (i % 5)) - 0.01 * i
+            r = bench_row(m.id, w, speedup=sp, rounds=known_rounds(sp, 0.05, n=6, seed=i * 31 + w))
+            r["extra_info"]["per_position_acceptance"] = [max(0.05, 0.95 - 0.04 * k - 0.01 * i) for k in range(w)]
+            r["extra_info"]["vs_baseline_rounds"] = known_rounds(1 + 0.01 * (7 - i), 0.01, n=6, seed=i + w)
+            rows.append(r)
+    for w in widths:
+        sp = 1.0 + 0.4 * w ** 0.8
+        rows.append({"name": f"test_reference[oracle-w{w}-cpu]", "fullname": "x", "stats": {},
+                     "extra_info": {"reference": f"oracle-w{w}", "device": "cpu", "tokens_per_second": 300.0,
+                                    "speedup": sp, "speedup_iqr": 0.1, "speedup_rounds": known_rounds(sp, 0.1, 5, w),
+                                    "exact": True, "verdicts": {"exact": 1}}})
+    rows.append({"name": "test_verify_cost", "fullname": "x", "stats": {},
+                 "extra_info": {"verify_cost": {"ratio": {str(w): 1 + 0.03 * w for w in range(1, 17)},
+                                                "t_decode_seconds": 0.01}, "device": "cpu"}})
+    s = saved_run(rows)
+    s["dflash"]["methods"] = {m.id: {"index": m.index, "label": m.label, "mechanism": m.mechanism,
+                                     "complexity": m.complexity, "stages": list(m.stages)} for m in METHOD_LIST}
+    s["dflash"]["traces"] = {"dflash-w3": [{"draft": [5, 6, 9], "accepted": 2, "token": 9, "bonus": False}]}
+    s["dflash"]["token_text"] = {"5": " return", "6": " hidden", "9": "_states"}
+    s["dflash"]["trace_prompt"] = "def forward(self, hidden_states):"
+    return with_noise(s, known_rounds(1.0, 0.03, n=4, seed=1), known_rounds(1.0, 0.03, n=4, seed=2))

@@ -183,7 +183,7 @@ def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_
         assert rec["objective"] == OBJECTIVE and set(rec["widths"]) == {str(w) for w in WIDTHS}, mid
     assert all(r["protocol"]["width"] == int(w) for w, r in doc["calibration"]["act"]["widths"].items())
     page = (smoke_run["reports"] / "report.html").read_text()
-    assert f"objective: {OBJECTIVE}" in page and "cost-model speedup</th>" in page
+    assert f"objective: {OBJECTIVE}" in page and 'title="cost-model speedup: ' in page
 
 
 def test_report_cli_rebuilds_the_saved_run(smoke_run, tmp_path):
@@ -228,38 +228,36 @@ def test_failed_exactness_gate_writes_report_and_fails(pytester, tiny_lab, monke
     assert "exactness gate FAILED" in (reports / "cpu" / "report.html").read_text()
 
 
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-
-
-def test_pages_render_in_headless_chromium(smoke_run, tmp_path):
+def test_pages_render_in_headless_chromium(smoke_run, chromium, tmp_path):
     """Open both pages in a real browser; the explorer's script must have filled its menu and chips."""
-    browser = _chromium()
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail(".ci/run installs Debian's chromium; none was found on PATH")
-        pytest.skip("no headless Chromium on this machine (Debian: apt-get install chromium)")
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--user-data-dir={tmp_path}"]
-
-    def dom(page: str) -> str:
-        url = (smoke_run["reports"] / page).as_uri()
-        out = subprocess.run([browser, *flags, "--virtual-time-budget=3000", "--dump-dom", url],
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr[-2000:]
-        return out.stdout
-
-    index = dom("index.html")
+    index = chromium.dom(smoke_run["reports"] / "index.html")
     assert index.count("<option") >= 14, "explorer menu not filled by its script"
     assert 'class="chip' in index, "explorer drew no trace chips"
     assert "round " in index and "accepted" in index
-    report = dom("report.html")
+    report = chromium.dom(smoke_run["reports"] / "report.html")
     for table in ("methods-table", "width-table", "position-table", "reference-table", "goals-table"):
         assert f'id="{table}"' in report, table
     assert 'id="speedup-chart"' in report and report.count("<rect") >= 15
-    shot = tmp_path / "index.png"
-    subprocess.run([browser, *flags, "--window-size=1200,900", f"--screenshot={shot}",
-                    (smoke_run["reports"] / "index.html").as_uri()], capture_output=True, timeout=120)
+    shot = chromium.screenshot(smoke_run["reports"] / "index.html", tmp_path / "index.png", "1200,900")
     assert shot.is_file() and shot.stat().st_size > 10_000, "the page rendered blank"
+
+
+def test_every_plot_of_a_real_run_is_drawn_with_its_data(smoke_run, chromium):
+    """The four figures of report.html, from a real benchmark run, as the browser renders them: every series has
+    one point with a box inside its plot per value benchmark.json holds, at that value; the ranking table of both
+    pages shows eight columns; the explorer shows the prompt of its traces."""
+    from .browser import assert_plots_drawn
+
+    doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
+    assert_plots_drawn(chromium.probe(smoke_run["reports"] / "report.html"), doc)
+    for page in ("report.html", "index.html"):
+        cols = chromium.probe(smoke_run["reports"] / page)["tables"]["methods-table"]
+        assert len(cols["visible"]) == 8 and cols["all"] > 8, (page, cols)
+    assert isinstance(doc["trace_prompt"], str) and doc["trace_prompt"]
+    index = chromium.dom(smoke_run["reports"] / "index.html")
+    import html
+
+    assert html.escape(doc["trace_prompt"], quote=False) in index.split('id="prompt"', 1)[1].split("</div>", 1)[0]
 
 
 def _readme_flow() -> list[str]:
@@ -309,34 +307,23 @@ def test_readme_compare_flow_runs_as_written_from_the_repo_root(tiny_lab, tmp_pa
     assert "tokens per target call" not in gate.stdout and "exactness" not in gate.stdout, gate.stdout
 
 
-def test_hostile_saved_run_runs_no_script_in_chromium(tmp_path):
+def test_hostile_saved_run_runs_no_script_in_chromium(chromium, tmp_path):
     """Markup in every free-text field of a saved run (and `<!--<script>` as token text): the pages show it as
     text, no handler runs, and the explorer still fills its menu, its chips and the preceding context."""
     from dflash_core.report.__main__ import main as report_main
 
     from .report_data import hostile_saved
 
-    browser = _chromium()
-    if browser is None:
-        if os.environ.get("CI"):
-            pytest.fail(".ci/run installs Debian's chromium; none was found on PATH")
-        pytest.skip("no headless Chromium on this machine (Debian: apt-get install chromium)")
     saved = tmp_path / "0001_hostile.json"
     saved.write_text(json.dumps(hostile_saved()))
     assert report_main([str(saved), "--out", str(tmp_path / "reports")]) == 0
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000", "--dump-dom"]
     for page in ("index.html", "report.html"):
-        out = subprocess.run([browser, *flags, (tmp_path / "reports" / "cpu" / page).as_uri()],
-                             capture_output=True, text=True, timeout=120)
-        assert out.returncode == 0, out.stderr[-2000:]
-        dom = out.stdout
+        dom = chromium.dom(tmp_path / "reports" / "cpu" / page)
         assert 'data-pwned="1"' not in dom and "<img" not in dom, f"injected markup ran in {page}"
         assert "&lt;img src=x onerror=" in dom, f"{page} no longer shows the hostile text as text"
     # the explorer ran: menu filled, chips drawn, and (after round 1 at 2.1 s) the text committed before the round
     assert dom.count("<option") == 0  # report.html has no explorer
-    index = subprocess.run([browser, *flags, (tmp_path / "reports" / "cpu" / "index.html").as_uri()],
-                           capture_output=True, text=True, timeout=120).stdout
+    index = chromium.dom(tmp_path / "reports" / "cpu" / "index.html")
     assert index.count("<option") == 1 and 'class="chip' in index
     context = index.split('id="context"', 1)[1].split("</div>", 1)[0]
     assert "&lt;!--&lt;script&gt;&lt;/script&gt;&lt;img src=y" in context, context

@@ -115,7 +115,8 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
     assert session.cases == {"normal": [0], "dflash": [1, 2]}
     lab = json.loads(json.dumps(session.lab_section(), allow_nan=False))
     assert set(lab) == {"settings", "target", "provenance", "calibration", "tuned_widths", "traces", "token_text",
-                        "methods", "noise", "race", "cost_model"}
+                        "trace_prompt", "methods", "noise", "race", "cost_model"}
+    assert lab["trace_prompt"] == session.prompts[0]  # the prompt the traces continue (the explorer shows it)
     tc = lab["cost_model"]["target_costs"]
     assert len(tc["t_verify"]) == session.block_size + 1 and tc["t_decode"] > 0 and tc["t_prefill"] > 0
     assert lab["settings"]["widths"] == [0, 1, 2] and lab["settings"]["block_size"] == session.block_size

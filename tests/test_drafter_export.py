@@ -62,7 +62,7 @@ def _blocks(rt, drafter, hf, prompt):
 def test_export_is_a_transformers_dflash_checkpoint(tiny_prepared, exported):
     from safetensors import safe_open
 
-    assert sorted(p.name for p in exported.iterdir()) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in exported.iterdir()) == ["README.md", "config.json", "model.safetensors"]
     cfg = tiny_prepared.prepared.drafter.cfg
     hf = _hf(exported, torch.float32)
     assert type(hf).__name__ == "MuseGlimmerAssistantModel"
@@ -77,6 +77,104 @@ def test_export_is_a_transformers_dflash_checkpoint(tiny_prepared, exported):
     assert back.cfg == cfg
     for k, v in back.state_dict().items():
         assert torch.equal(v, ours[k].float()), k
+
+
+def _card(directory):
+    """(front matter as parsed YAML, body) of an exported drafter's README.md."""
+    import yaml
+
+    text = (directory / "README.md").read_text(encoding="utf-8")
+    assert text.startswith("---\n")
+    head, body = text[4:].split("\n---\n", 1)
+    return yaml.safe_load(head), body
+
+
+def test_model_card_metadata_parses_and_its_figures_match_the_manifest(tiny_prepared, exported):
+    """The hub's YAML front matter parses; every figure in the card is the home's manifest's; tau is "not measured"
+    when no benchmark report of this drafter exists; the card shows the transformers call and the lab's --drafter."""
+    import re
+
+    meta, body = _card(exported)
+    assert meta["library_name"] == "transformers" and meta["license"] == "mit"
+    assert "base_model" not in meta and "pipeline_tag" not in meta  # a local target has no hub id to link
+    assert {"dflash", "speculative-decoding"} <= set(meta["tags"])
+    man = tiny_prepared.prepared.manifest
+    ident = man["target"]
+    for key in ("content_sha256", "weights_sha256", "tokenizer_sha256"):
+        assert f"`{ident[key]}`" in body, key
+    held = man["drafter"]["heldout_position_accuracy"]
+    rows = re.findall(r"^\| (\d+) \| ([0-9.]+) \| ([0-9.]+) \|$", body, re.M)
+    assert [int(r[0]) for r in rows] == list(range(1, len(held) + 1))
+    assert [float(r[1]) for r in rows] == [round(a, 3) for a in held]
+    assert [float(r[2]) for r in rows] == [round(a, 3) for a in man["drafter"]["train_position_accuracy"]]
+    t = man["teacher"]
+    assert f"**{t['sequences']} sequences, {t['tokens']} tokens**" in body
+    assert f"{man['drafter']['heldout_sequences']} held-out" in body
+    assert "Tokens per target call (τ) on the lab's benchmark prompts: **not measured**" in body
+    assert 'assistant_model=drafter, speculation_type="dflash", do_sample=False' in body
+    assert "--drafter /path/to/this/directory" in body
+
+
+def test_model_card_takes_tau_from_a_benchmark_report_of_this_drafter(tiny_prepared, tmp_path, monkeypatch):
+    """A report that measured this drafter (same drafter.safetensors SHA-256, same target) gives the card its tau;
+    a report of another drafter does not."""
+    man = tiny_prepared.prepared.manifest
+    sha = man["files"]["drafter.safetensors"]["sha256"]
+
+    def report(device, drafter_sha, tau):
+        d = tmp_path / "reports" / device
+        d.mkdir(parents=True)
+        (d / "benchmark.json").write_text(json.dumps({
+            "device": device, "settings": {"prompt_limit": 4, "tokens": 48},
+            "runs": [{"datetime": "2026-12-01T00:00:00", "commit": "0123456789abcdef"}],
+            "target": {"content_sha256": man["target"]["content_sha256"]},
+            "provenance": {"artifacts": {"files": {"drafter.safetensors": {"sha256": drafter_sha}}}},
+            "methods": {"dflash": {"rows": {"2": {"tokens_per_target_call": tau}}}}}))
+
+    report("cpu", sha, 2.25)
+    report("cuda", "0" * 64, 9.99)  # another drafter's report
+    monkeypatch.setenv("DFLASH_REPORTS", str(tmp_path / "reports"))
+    out = tmp_path / "drafter"
+    assert cli.main(["export-drafter", "--target", str(tiny_prepared.path), "--home", str(tiny_prepared.home),
+                     "--out", str(out)]) == 0
+    _, body = _card(out)
+    assert "| 2 | 2.25 |" in body and "9.99" not in body and "not measured" not in body.split("## Tokens", 1)[1]
+    assert "4 held-out benchmark prompts x 48 tokens" in body and "`0123456789ab`" in body
+
+
+def test_model_card_transformers_snippet_runs(tiny_prepared, exported, monkeypatch, capsys):
+    """The card's Python block, pointed at the tiny target and the exported drafter, runs as written (the tiny
+    target has no tokenizer: a stand-in gives it prompt ids) and prints the decoded continuation."""
+    from types import SimpleNamespace
+
+    import transformers
+
+    _, body = _card(exported)
+    code = body.split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace('"/path/to/the/target"', repr(str(tiny_prepared.path)))
+    code = code.replace('"/path/to/this/directory"', repr(str(exported)))
+
+    class Tokenizer:
+        def __call__(self, text, return_tensors):
+            return SimpleNamespace(input_ids=torch.tensor([list(PROMPTS[0])]))
+
+        def decode(self, ids):
+            return "ids " + " ".join(map(str, ids.tolist()))
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Tokenizer())
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.split()
+    assert printed[0] == "ids" and len(printed) > 8
+
+
+def test_model_card_of_a_hub_target_links_its_base_model():
+    import yaml
+
+    from dflash_core.prepare.model_card import _yaml, front_matter
+
+    meta = yaml.safe_load(_yaml(front_matter({"name": "LiquidAI/LFM2.5-350M-Base"}, "hub")).strip("-\n"))
+    assert meta["base_model"] == "LiquidAI/LFM2.5-350M-Base" and meta["license"] == "other"
+    assert meta["library_name"] == "transformers"
 
 
 def test_same_block_as_transformers_drafter_float64(tiny_prepared, exported):
@@ -234,3 +332,21 @@ def test_cli_refuses_a_drafter_directory_without_config(tiny_prepared, tmp_path,
                    str(tmp_path / "empty")])
     assert rc == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_model_card_skips_a_report_it_cannot_read_safely(tmp_path):
+    """The reports folder is the user's: a FIFO named benchmark.json (which would block), a list instead of an
+    object or a report of another drafter are skipped, never a hang or a traceback; a matching report is found."""
+    import os
+
+    from dflash_core.prepare.model_card import find_report
+
+    good = {"provenance": {"artifacts": {"files": {"drafter.safetensors": {"sha256": "a" * 64}}}},
+            "target": {"content_sha256": "b" * 64}, "runs": [{"datetime": "2026-12-01"}]}
+    for name, body in (("cpu", good), ("x", [1, 2]), ("y", {**good, "target": "not a dict"})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "benchmark.json").write_text(json.dumps(body))
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "benchmark.json")
+    assert find_report([tmp_path], "a" * 64, "b" * 64) == good
+    assert find_report([tmp_path], "c" * 64, "b" * 64) is None

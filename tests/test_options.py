@@ -141,7 +141,8 @@ def test_tox_installs_torch_before_the_package():
         from tox_pip import pip_command
     finally:
         sys.path.pop(0)
-    assert pip_command(["torch==2.13.0"], {})[-3:] == ["pip", "install", "torch==2.13.0"]
+    # a machine whose pip finds torch locally adds nothing; which index otherwise: tests/test_lab_setup.py
+    assert pip_command(["torch==2.13.0"], {}, driver=False, local=True)[-3:] == ["pip", "install", "torch==2.13.0"]
     url = "https://download.pytorch.org/whl/cpu"
     assert pip_command(["x"], {"TORCH_INDEX_URL": url})[-3:] == ["--extra-index-url", url, "x"]
 

@@ -409,7 +409,7 @@ def test_rounds_cell_shows_rounds_against_normal_and_against_dflash():
     act_row = next(r for r in table.split("<tr") if " act</td>" in r)
     assert "3 / 9 <span class=muted>(cap)" in act_row
     mobs_row = next(r for r in table.split("<tr") if "mobs</td>" in r and "parareal" not in r)
-    assert " / " not in mobs_row.split("class=rounds>", 1)[1].split("</td>", 1)[0]  # no comparison-only rounds
+    assert " / " not in mobs_row.split("class=\"more rounds\">", 1)[1].split("</td>", 1)[0]  # no comparison-only rounds
 
 
 def test_race_line_reports_the_top_up():
@@ -447,3 +447,176 @@ def test_dflash_vs_transformers_dflash_goal_compares_tok_s_at_the_drafter_width(
     assert not {x["id"]: x for x in goals(doc)}["vs_dflash_transformers"]["ok"]
     del doc["references"]["dflash_transformers"]
     assert "vs_dflash_transformers" not in {x["id"] for x in goals(doc)}
+
+
+# --- what a researcher sees: eight columns, figures with data, the prompt, no unbacked "best" -------------------
+
+DEFAULT_HEADERS = ["method", "group", "width", "speedup", "vs dflash", "tok/call", "activity", "exact"]
+
+
+def _rich(tmp_path=None):
+    from .report_data import rich_saved
+
+    doc = build_report([rich_saved()], ["rich"])
+    if tmp_path is None:
+        return doc
+    from dflash_core.report.write import write_report
+
+    return doc, write_report(doc, tmp_path / "reports")
+
+
+class _Table:
+    """The ranking table as the parser sees it: header cells (text, title, class) and the cells of each row."""
+
+    def __init__(self, page: str, table_id: str = "methods-table"):
+        from html.parser import HTMLParser
+
+        self.head, self.rows, outer = [], [], self
+        part = page.split(f"<table id={table_id}>", 1)[1].split("</table>", 1)[0]
+
+        class P(HTMLParser):
+            cell = None
+
+            def handle_starttag(self, tag, attrs):
+                if tag == "tr":
+                    outer.rows.append([])
+                elif tag in ("th", "td"):
+                    self.cell = {"tag": tag, "text": "", **dict(attrs)}
+
+            def handle_data(self, data):
+                if self.cell is not None:
+                    self.cell["text"] += data
+
+            def handle_endtag(self, tag):
+                if tag in ("th", "td") and self.cell is not None:
+                    outer.rows[-1].append(self.cell)
+                    self.cell = None
+
+        P().feed(part)
+        self.head = self.rows.pop(0)
+
+
+def test_ranking_table_shows_eight_short_columns_by_default():
+    doc = _rich()
+    for page in (render_report(doc), render_index(doc)):
+        t = _Table(page)
+        shown = [c for c in t.head if "more" not in (c.get("class") or "")]
+        assert [c["text"] for c in shown] == DEFAULT_HEADERS
+        assert len(t.head) == 19  # the other eleven are still there, behind the toggle
+        for c in t.head:
+            assert len(c["text"].split()) <= 2 and len(c.get("title") or "") > 20, c  # short header, full tooltip
+        assert len(t.rows) == len(doc["methods"])
+        for row in t.rows:  # every row has exactly the header's cells, the hidden ones marked like theirs
+            assert [("more" in (c.get("class") or "")) for c in row] == [("more" in (c.get("class") or ""))
+                                                                        for c in t.head]
+        # the toggle is a checkbox before the table, and the stylesheet hides the marked cells until it is checked
+        assert '<input type=checkbox id=methods-table-all>' in page.split("<table id=methods-table>", 1)[0]
+        assert ".cols>input:not(:checked)~table .more{display:none}" in page
+
+
+def test_pages_name_no_best_and_keep_the_headline_slot_first(monkeypatch):
+    """A resolved single winner on a noisy machine: no "best" label either way; the top of both pages is the
+    headline's slot, above the noise banner."""
+    import re
+
+    from dflash_core.report import html as pages
+
+    from .report_data import known_rounds, with_noise
+
+    saved = with_noise(_saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.9, rounds=known_rounds(1.9, 0.01)),
+                               _bench("mobs", 2, speedup=1.2, rounds=known_rounds(1.2, 0.01))]), [1.2], [0.9])
+    doc = build_report([saved], ["r"])
+    assert doc["winner"]["method"] == "dflash" and doc["noise"]["noisy"]
+    monkeypatch.setattr(pages, "headline_slot", lambda d: "<p id=headline>HEADLINE</p>")
+    for page in (pages.render_report(doc), pages.render_index(doc)):
+        text = re.sub(r"<[^>]+>", " ", page.split("<script", 1)[0])
+        assert not re.search(r"\bbest\s*:", text, re.I), re.findall(r".{60}\bbest\s*:.{60}", text, re.I)
+        assert not re.search(r"best method\s*<b", page), "a KPI naming a best method"
+        main = page.split("<main>", 1)[1].lstrip()
+        assert main.startswith("<p id=headline>HEADLINE</p>") and "id=noise-banner" in main
+
+
+def test_explorer_shows_the_prompt_before_the_generated_text():
+    doc = _rich()
+    doc["trace_prompt"] = "def f(x):  # <b>not markup</b>"
+    page = render_index(doc)
+    assert page.index("id=prompt") < page.index("id=context")
+    assert "def f(x):  # &lt;b&gt;not markup&lt;/b&gt;" in page.split("id=prompt", 1)[1].split("</div>", 1)[0]
+    doc["trace_prompt"] = None  # a run saved before the prompt was recorded says so
+    assert "did not record its prompt" in render_index(doc)
+
+
+def _svg_series(page: str) -> dict:
+    """Per plot id and series: the data-y of every point, as the markup holds them (no browser)."""
+    from html.parser import HTMLParser
+
+    out: dict = {}
+    cur = {"plot": None, "series": None}
+
+    class P(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            a = dict(attrs)
+            if tag == "svg" and "plot" in (a.get("class") or ""):
+                cur["plot"] = a["id"]
+                out[a["id"]] = {}
+            elif tag == "g" and a.get("class") == "series":
+                cur["series"] = a["data-series"]
+                out[cur["plot"]][cur["series"]] = []
+            elif tag == "circle" and a.get("class") == "pt":
+                out[cur["plot"]][cur["series"]].append(float(a["data-y"]))
+
+    P().feed(page)
+    return out
+
+
+def test_every_plot_draws_every_value_of_benchmark_json():
+    from .browser import expected_series
+
+    doc = _rich()
+    got = _svg_series(render_report(doc))
+    want = expected_series(doc)
+    assert set(got) == set(want) == {"plot-speedup-width", "plot-acceptance-position", "plot-verify-cost",
+                                     "plot-noise"}
+    for pid, series in want.items():
+        assert set(got[pid]) == set(series), pid
+        for name, ys in series.items():
+            assert got[pid][name] == pytest.approx(ys, abs=1e-4), (pid, name)
+
+
+def test_a_figure_without_data_says_so_instead_of_empty_axes():
+    page = render_report(build_report([_saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5)])], ["r"]))
+    for pid in ("plot-verify-cost", "plot-noise"):
+        assert f'id="{pid}" data-plot-empty="1"' in page and f'<svg id="{pid}"' not in page
+
+
+def test_pages_in_chromium_draw_every_plot_and_eight_columns(chromium, tmp_path):
+    """The browser's own geometry: every point of every series has a box inside its plot, at benchmark.json's
+    value, and the ranking table shows its eight columns until the toggle is checked."""
+    from .browser import assert_plots_drawn
+
+    doc, out = _rich(tmp_path)
+    report = chromium.probe(out / "report.html")
+    assert_plots_drawn(report, doc)
+    for page, probe in (("report.html", report), ("index.html", chromium.probe(out / "index.html"))):
+        assert probe["tables"]["methods-table"]["visible"] == DEFAULT_HEADERS, page
+        assert probe["tables"]["methods-table"]["all"] == 19
+
+
+def test_screenshot_script_cuts_every_figure_out_of_the_report():
+    """scripts/screenshots.py shoots each figure alone: it must find all four in a report with data, sized to the
+    figure, and skip (not shoot empty axes of) a figure the run has no data for."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    try:
+        from screenshots import PLOT_IDS, figure_page
+    finally:
+        sys.path.pop(0)
+    page = render_report(_rich())
+    for pid in PLOT_IDS:
+        fig = figure_page(page, pid)
+        assert fig is not None, pid
+        html_, w, h = fig
+        assert f'<svg id="{pid}"' in html_ and "<details>" not in html_ and w > 500 and h > 300
+    sparse = render_report(build_report([_saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5)])], ["r"]))
+    assert figure_page(sparse, "plot-noise") is None and figure_page(sparse, "plot-speedup-width") is not None

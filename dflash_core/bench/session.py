@@ -104,6 +104,8 @@ class BenchSession:
             "calibration": self.calibration,
             "tuned_widths": self.tuned_widths,
             "traces": self.traces,
+            # the prompt the traces continue (the first benchmark prompt): the explorer shows it before the text
+            "trace_prompt": self.prompts[0] if self.prompts else None,
             "noise": {"start": self.aa_rounds.get("start", []), "end": self.aa_rounds.get("end", []),
                       "threshold": self.cfg.noise_threshold},
             "race": self.race,

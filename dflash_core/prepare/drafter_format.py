@@ -7,7 +7,8 @@ a renaming of weights and config fields, and one count: transformers' `block_siz
 ours counts the drafted tokens (theirs = ours + 1).
 
 * `export_drafter` writes config.json + model.safetensors through `MuseGlimmerAssistantModel.save_pretrained`
-  (a strict `load_state_dict` first proves the mapping covers every weight); `AutoModel.from_pretrained`
+  (a strict `load_state_dict` first proves the mapping covers every weight), and the model card README.md;
+  `AutoModel.from_pretrained`
   loads it, and `generate(assistant_model=..., speculation_type="dflash")` drafts with it.
 * `load_hf_drafter` reads such a checkpoint (a local directory or a hub id) back into our `DFlashDrafter`
   without running or unpickling anything (config.json + safetensors), and `check_compatible` refuses a
@@ -117,8 +118,10 @@ def to_hf_model(drafter, target_config, identity: dict | None = None):
     return model.eval()
 
 
-def export_drafter(drafter, target_config, out: str | Path, identity: dict | None = None) -> Path:
-    """Write the drafter as a transformers checkpoint (config.json + model.safetensors, float32) into `out`.
+def export_drafter(drafter, target_config, out: str | Path, identity: dict | None = None,
+                   card: str | None = None) -> Path:
+    """Write the drafter as a transformers checkpoint (config.json + model.safetensors, float32) into `out`, with
+    its model card as README.md when given (`model_card.model_card`; not part of the drafter's digest).
 
     Written into a temp directory beside `out`, then moved into place: a reader never sees half a checkpoint.
     """
@@ -134,6 +137,8 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(str(tmp))
+        if card is not None:
+            (tmp / "README.md").write_text(card, encoding="utf-8")
         normal_modes(tmp)  # save_pretrained leaves model.safetensors 0600
         if out.exists():
             out.rmdir()

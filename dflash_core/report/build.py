@@ -460,6 +460,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "runs": _runs(docs, sources), "settings": settings, "target": section("target"),
         "provenance": section("provenance"), "calibration": section("calibration"), "traces": section("traces"),
         "token_text": section("token_text"),
+        "trace_prompt": lab.get("trace_prompt") if isinstance(lab.get("trace_prompt"), str) else None,
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
         "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
         "exactness": {"all_exact": not failures, "failures": failures},

@@ -8,6 +8,8 @@ from __future__ import annotations
 import html
 import json
 
+from . import plots
+
 CSS = """
 body{font-family:system-ui,sans-serif;margin:0;background:#0f1419;color:#e6e6e6}
 header{padding:18px 28px;background:#17202a;border-bottom:1px solid #2b3a4a}
@@ -28,6 +30,13 @@ select,button{background:#243447;color:#e6e6e6;border:1px solid #2b3a4a;border-r
 a{color:#7fb2ff}
 .ctx{font-family:monospace;white-space:pre-wrap;color:#9fb3c8;margin:6px 3px}
 .banner{background:#5a3a12;border:1px solid #f5c26b;color:#ffe3b0;padding:10px 14px;margin:12px 0;border-radius:6px}
+.cols>input:not(:checked)~table .more{display:none} th[title]{cursor:help;text-decoration:underline dotted #4a5a6a}
+.cols td{white-space:nowrap} .kpi div{max-width:620px} .kpi b.long{font-size:15px}
+.figs{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start} figure{margin:0}
+figcaption{max-width:560px} svg.plot .axis-label{fill:#9fb3c8} svg.plot .panel-title{fill:#9fb3c8;font-weight:600}
+svg.plot g.series:hover path{stroke-width:3} svg.plot g.key text{fill:#c8d3de}
+.prompt{font-family:monospace;white-space:pre-wrap;color:#e6e6e6;background:#17202a;border:1px solid #2b3a4a;
+border-radius:6px;padding:6px 10px;margin:6px 3px;max-height:9em;overflow:auto}
 """
 
 
@@ -74,9 +83,11 @@ def _model_hashes(doc: dict) -> str:
 
 
 def _width_label(b: dict) -> str:
+    """The width and, in a word, how it was chosen (the full phrase in the tooltip)."""
     sel = b.get("selection")
-    tag = {"calibration": "chosen on calibration", "post-hoc": "post-hoc: max of benchmark medians"}.get(sel)
-    return f"{_e(b['width'])}" + (f" <span class=muted>({_e(tag)})</span>" if tag else "")
+    tag = {"calibration": ("calibrated", "chosen on calibration prompts (--tune)"),
+           "post-hoc": ("post-hoc", "post-hoc: the maximum of the benchmark medians")}.get(sel)
+    return f"{_e(b['width'])}" + (f" <span class=muted title=\"{_e(tag[1])}\">{_e(tag[0])}</span>" if tag else "")
 
 
 def _pct(x) -> str:
@@ -171,24 +182,77 @@ def activity_label(m: dict) -> str:
     return {"baseline": "baseline", "no draft": "no draft"}.get(st, "")
 
 
-def _activity_cells(m: dict, b: dict) -> str:
-    """Rounds differ %, positions differ %, net accepted drafts (gained − lost) at the width shown, vs dflash."""
-    a = b.get("activity")
+def _activity_summary(m: dict, b: dict) -> str:
+    """One cell: 'baseline', 'no draft', 'inactive here: why', or the share of rounds whose draft differed from
+    dflash's and the net accepted drafts that gained (the detail columns hold positions and gained/lost)."""
     label = activity_label(m)
-    tag = f' <span class="muted inactive">{_e(label)}</span>' if label.startswith("inactive") else ""
-    if not isinstance(a, dict):
-        return f"<td colspan=3 class=activity>{_e(label) or '–'}</td>"
+    if label.startswith("inactive"):  # the registry's sentence on why, as a tooltip: it would widen every row
+        return f'<td class=activity><span class="muted inactive" title="{_e(label)}">inactive here</span></td>'
+    a = b.get("activity")
+    if label or not isinstance(a, dict):
+        return f"<td class=activity>{_e(label) or '–'}</td>"
     net = a.get("net", 0)
-    return (f"<td class=activity>{_pct(a.get('rounds_differ_share'))}{tag}</td>"
-            f"<td>{_pct(a.get('positions_differ_share'))}</td>"
-            f"<td>{'+' if net > 0 else ''}{_e(net)} <span class=muted>(+{_e(a.get('gained'))} −{_e(a.get('lost'))})"
-            f"</span></td>")
+    return (f"<td class=activity>{_pct(a.get('rounds_differ_share'))} of rounds differ · net "
+            f"{'+' if isinstance(net, int) and net > 0 else ''}{_e(net)}</td>")
 
 
-def _methods_table(doc: dict) -> str:
+def _activity_detail(b: dict) -> str:
+    """Positions differ % and net accepted drafts (+gained −lost) at the width shown, vs dflash (detail columns)."""
+    a = b.get("activity")
+    if not isinstance(a, dict):
+        return "<td class=more>–</td><td class=more>–</td>"
+    net = a.get("net", 0)
+    return (f"<td class=more>{_pct(a.get('positions_differ_share'))}</td>"
+            f"<td class=more>{'+' if isinstance(net, int) and net > 0 else ''}{_e(net)} <span class=muted>"
+            f"(+{_e(a.get('gained'))} −{_e(a.get('lost'))})</span></td>")
+
+
+# The ranking table's columns: (header of one or two words, tooltip, shown by default). The first eight are the
+# table a reader needs to rank the methods; the rest are behind the table's "all columns" toggle.
+COLUMNS = (
+    ("method", "index and id of the method in the registry", True),
+    ("group", "rank group: G1 = the leader and every method this run cannot tell apart from it; G2 = every "
+              "method resolved below G1, not ordered further (see the note under the table)", True),
+    ("width", "the verify width shown for this method; post-hoc = the maximum of the benchmark medians, "
+              "chosen on calibration = picked by --tune on calibration prompts", True),
+    ("speedup", "speedup over normal (greedy), paired per round: median and its 95 % bootstrap confidence "
+                "interval; the bar is the median", True),
+    ("vs dflash", "speed against plain dflash at the ranking width, paired per round: median [95 % CI]; what the "
+                  "rank groups compare", True),
+    ("tok/call", "tokens per target call (τ): committed tokens per target forward, correction/bonus included",
+     True),
+    ("activity", "how often the method's draft differed from plain dflash's at the same context, and the net "
+                 "accepted drafts that gained; inactive here = it never differed", True),
+    ("exact", "token-exact against greedy on every prompt (ties under the float tie certificate are shown)", True),
+    ("tok/s", "tokens per second, median over rounds, not paired (each method's own rounds)", False),
+    ("Q1–Q3", "interquartile range of the paired per-round speedups", False),
+    ("model", "cost-model speedup: the case's own rounds priced with component costs timed in isolation", False),
+    ("vs model", "measured / model speedup; flagged outside [0.9, 1.1] on a quiet machine (A/A spread < 2 %)",
+     False),
+    ("accept", "acceptance of verified drafts (accepted / proposed)", False),
+    ("of drafted", "acceptance of drafted tokens (accepted / drafted): lower than accept for methods that trim "
+                   "before verifying (ACT, DSpark)", False),
+    ("rounds", "paired rounds against normal / against dflash (the ranking width's top-up and race add "
+               "comparison-only rounds), and why its race stopped", False),
+    ("positions", "share of draft positions where the method's draft differed from dflash's", False),
+    ("net drafts", "accepted drafts the differences from dflash gained minus those they lost (+gained −lost)",
+     False),
+    ("guidance", "candidate scores evaluated beyond the drafter's argmax", False),
+    ("overhead", "loop overhead: share of wall time outside the target, the drafter and selection", False),
+)
+
+
+def _ci_text(ci) -> str:
+    return f"[{_f(ci[0])}–{_f(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
+
+
+def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
+    """The ranking: eight columns by default (a reader ranks methods with these), the other eleven behind a CSS-only
+    toggle (a checkbox; no script), every header one or two words with its full meaning in a tooltip."""
     rows = []
     win = (doc.get("winner") or {}).get("method")
     mx = max([m["best"]["speedup"] for m in doc["methods"].values()] + [1.0])
+
     def order(kv):
         g = kv[1]["best"].get("rank_group")
         return (g if isinstance(g, int) else 10**6, -kv[1]["best"]["speedup"])
@@ -196,42 +260,44 @@ def _methods_table(doc: dict) -> str:
     for mid, m in sorted(doc["methods"].items(), key=order):
         b = m["best"]
         r = m["rows"][str(b["width"])]
-        ci = b.get("speedup_ci") or [None, None]
         grp = b.get("rank_group")
         cls = "win" if b["speedup"] >= 1 else "lose"
-        bar = f'<span class="bar {cls}" style="width:{int(160 * b["speedup"] / mx)}px"></span>'
+        bar = f'<span class="bar {cls}" style="width:{int(80 * b["speedup"] / mx)}px"></span>'
         ex = '<span class="ok">exact</span>' if m["exact"] else '<span class="bad">DIVERGED</span>'
         ties = (r.get("verdicts") or {}).get("tie", 0)
         if ties:
             ex += f' <span class="tie">({_e(ties)} tie)</span>'
         idx = m.get("index")
+        rounds = (f"{_e(r.get('rounds', '–'))}"
+                  f"{'' if r.get('compared_rounds') in (None, r.get('rounds')) else ' / ' + _e(r['compared_rounds'])}"
+                  f"{'' if not r.get('race') else ' <span class=muted>(' + _e(r['race'].get('stop')) + ')</span>'}")
         rows.append(
-            f"<tr{' class=winner' if mid == win else ''}><td>{_e(f'{idx:02d}' if isinstance(idx, int) else idx)} "
-            f"{_e(mid)}</td><td>{_width_label(b)}</td><td>{_f(b['tokens_per_second'], 1)}</td>"
-            f"<td>{bar} {_f(b['speedup'])}× [{_f(b.get('speedup_q1'), 2)}–{_f(b.get('speedup_q3'), 2)}]</td>"
-            f"<td class=ci>{_f(ci[0], 3)}–{_f(ci[1], 3)}</td>"
-            f"<td class=vs>{_vs_cell(b)}</td>"
+            f"<tr{' class=winner' if mid == win else ''} data-method=\"{_e(mid)}\">"
+            f"<td>{_e(f'{idx:02d}' if isinstance(idx, int) else idx)} {_e(mid)}</td>"
             f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
-            f"<td class=model>{_x(b.get('model_speedup'))}</td>{_ratio_cell(b)}"
+            f"<td>{_width_label(b)}</td>"
+            f"<td class=speedup>{bar} {_f(b['speedup'])}× <span class=ci>{_ci_text(b.get('speedup_ci'))}</span></td>"
+            f"<td class=vs>{_vs_cell(b)}</td>"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
-            f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td>"
-            f"<td>{_f(100 * r.get('acceptance_rate_drafted', b['acceptance_rate']), 1)}%</td>"
-            f"<td class=rounds>{_e(r.get('rounds', '–'))}"
-            f"{'' if r.get('compared_rounds') in (None, r.get('rounds')) else ' / ' + _e(r['compared_rounds'])}"
-            f"{'' if not r.get('race') else ' <span class=muted>(' + _e(r['race'].get('stop')) + ')</span>'}</td>"
-            f"{_activity_cells(m, b)}<td>{_f(r.get('guidance_work', 0), 0)}</td>"
-            f"<td>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td><td>{ex}</td></tr>")
-    return ("<table id=methods-table><tr><th>method</th><th>width shown</th>"
-            "<th>tok/s (median over rounds, not paired)</th><th>speedup vs normal, paired per round: median "
-            "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th>"
-            "<th>vs dflash at the ranking width, paired per round: median [95 % CI]</th><th>rank group</th>"
-            "<th>cost-model speedup</th><th>measured / model</th><th>tok/call</th>"
-            "<th>accept (of verified)</th><th>accept (of drafted)</th><th>paired rounds: vs normal / vs dflash (race stop)</th>"
-            "<th>rounds differ from dflash</th><th>positions differ</th><th>net accepted drafts vs dflash</th>"
-            "<th>guidance</th><th>loop overhead</th>"
-            "<th>exactness</th></tr>" + "".join(rows) + "</table>"
+            f"{_activity_summary(m, b)}<td>{ex}</td>"
+            f"<td class=more>{_f(b['tokens_per_second'], 1)}</td>"
+            f"<td class=more>{_f(b.get('speedup_q1'), 2)}–{_f(b.get('speedup_q3'), 2)}</td>"
+            f"<td class=\"more model\">{_x(b.get('model_speedup'))}</td>{_ratio_cell(b)}"
+            f"<td class=more>{_f(100 * b['acceptance_rate'], 1)}%</td>"
+            f"<td class=more>{_f(100 * r.get('acceptance_rate_drafted', b['acceptance_rate']), 1)}%</td>"
+            f"<td class=\"more rounds\">{rounds}</td>"
+            f"{_activity_detail(b)}<td class=more>{_f(r.get('guidance_work', 0), 0)}</td>"
+            f"<td class=more>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td></tr>")
+    head = "".join(f"<th title=\"{_e(tip)}\"{'' if shown else ' class=more'}>{_e(name)}</th>"
+                   for name, tip, shown in COLUMNS)
+    toggle = f"{table_id}-all"
+    return (f"<div class=cols><input type=checkbox id={toggle}> <label for={toggle} class=muted>show all "
+            f"{len(COLUMNS)} columns (rates, rounds, cost model, activity detail)</label>"
+            f"<table id={table_id}><tr>{head}</tr>" + "".join(rows) + "</table></div>"
+            "<details class=legend><summary class=muted>How to read this table</summary><p class=muted>"
+            + "".join(f"<b>{_e(name)}</b>: {_e(tip)}. " for name, tip, _ in COLUMNS) + "</p>"
             f"<p class=muted>{_ranking_note(doc)} "
-            f"rank group: {_e(_group_rule(doc))} A single winner is named only when G1 has one "
+            f"Rank group: {_e(_group_rule(doc))} A single winner is named only when G1 has one "
             "member. Racing gave the other members of the leader's group extra "
             "paired rounds (stop: separated, cap or budget). The cost-model speedup is deterministic: "
             "the case's own rounds priced with component costs timed in isolation (target verify per width, drafter "
@@ -244,7 +310,7 @@ def _methods_table(doc: dict) -> str:
             "tok/s pools each method's own rounds; the speedup divides each round by the normal run "
             "made right before it, so the two columns can rank methods differently. A width marked post-hoc is the "
             "maximum of the benchmark medians (an optimistic choice made on the data it is reported on); "
-            "<code>--tune</code> chooses widths on calibration prompts instead.</p>")
+            "<code>--tune</code> chooses widths on calibration prompts instead.</p></details>")
 
 
 def _x(v, nd=3) -> str:
@@ -255,7 +321,7 @@ def _x(v, nd=3) -> str:
 def _ratio_cell(b: dict) -> str:
     """measured / model, flagged when the report marked it unexplained overhead (build.flag_overhead)."""
     flag = ' <span class="bad flag">unexplained overhead</span>' if b.get("unexplained_overhead") else ""
-    return f"<td class=ratio>{_f(b.get('measured_over_model'), 2)}{flag}</td>"
+    return f"<td class=\"more ratio\">{_f(b.get('measured_over_model'), 2)}{flag}</td>"
 
 
 def _speedup_chart(doc: dict) -> str:
@@ -413,31 +479,83 @@ def _drafter_accuracy(dr: dict) -> str:
             f"{row(train)} · kept step {_e(dr.get('best_step', '?'))}.</p>")
 
 
+def headline_slot(doc: dict) -> str:
+    """The first line of both pages, above the banner: reserved for the one-sentence headline of what this run
+    resolves (a function `headline(doc)` of its own). Empty until that exists: nothing on the pages names a
+    "best" method the rank groups and the A/A noise figure do not back."""
+    return ""
+
+
+def _group_kpi(doc: dict) -> str:
+    """Rank group 1 as the statistics give it: its members, and whether the run resolved a single one."""
+    groups = doc.get("rank_groups") or []
+    if not groups:
+        return "<div>rank group 1<b id=rank-group-1>–</b></div>"
+    g1 = groups[0]
+    note = ("the only method in G1" if len(g1) == 1 else f"{len(g1)} methods this run cannot tell apart")
+    long = " class=long" if len(g1) > 3 else ""
+    return (f"<div title=\"{_e(_group_rule(doc))}\">rank group 1<b id=rank-group-1{long}>{_e(', '.join(g1))}</b>"
+            f"<span class=muted>{_e(note)}</span></div>")
+
+
+def _figure(plot: str, caption: str, table: str = "", table_label: str = "the numbers as a table") -> str:
+    """A plot, what it shows in one caption, and (optionally) the same numbers as a table behind a toggle."""
+    more = f"<details><summary class=muted>{_e(table_label)}</summary>{table}</details>" if table else ""
+    return f"<figure>{plot}<figcaption class=muted>{caption}</figcaption>{more}</figure>"
+
+
+def _figures(doc: dict) -> str:
+    """The four figures of the report, each drawn from benchmark.json by report/plots.py."""
+    n = doc.get("noise") or {}
+    rk = doc.get("ranking") or {}
+    return (
+        "<h2>Speedup against verify width</h2><div class=figs>"
+        + _figure(plots.speedup_vs_width(doc),
+                  "Median paired speedup over normal (greedy) at every width measured, one line per method; whisker: "
+                  "the 95 % bootstrap confidence interval of the median; dashed: 1× (normal).",
+                  _width_table(doc))
+        + _figure(plots.acceptance_by_position(doc),
+                  "Conditional acceptance at each draft position (accepted at i / proposed at i) at each method's "
+                  "shown width: where in the block drafts stop being accepted.", _position_table(doc))
+        + "</div><h2>Verify cost, bound and oracle</h2><div class=figs>"
+        + _figure(plots.verify_cost(doc),
+                  "Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps (measured in isolation, this "
+                  "session). Right: the speedup a perfect, free drafter would reach, (w+1)·t_decode/t_verify(w), "
+                  "against the oracle rows (replayed greedy drafts, measured; whisker: 95 % CI): the gap is what "
+                  "drafting and the loop cost.")
+        + "</div><h2>Noise: A/A rounds</h2><div class=figs>"
+        + _figure(plots.noise(doc),
+                  f"Identical work timed against itself in this run. normal vs normal: the noise gate's rounds (start "
+                  f"and end of the session); spread {_pct(n.get('spread'))}, threshold {_pct(n.get('threshold'))} "
+                  "(band). "
+                  + (f"{_e(rk.get('baseline'))} vs {_e(rk.get('baseline'))} at width {_e(rk.get('width'))}: the A/A of "
+                     "the ratio the rank groups compare. " if rk.get("statistic") == "vs_baseline" else "")
+                  + "A speedup difference inside this scatter is not resolved by the run.")
+        + "</div>")
+
+
 def render_report(doc: dict) -> str:
     ok = doc["exactness"]["all_exact"]
-    win = doc.get("winner") or doc.get("leader") or {}
     normal = doc["methods"].get("normal", {}).get("best", {})
     st = doc.get("settings", {})
     tgt = doc.get("target", {})
+    rk = doc.get("ranking") or {}
     gate = ('<span class="ok">all methods exact</span>' if ok else
             f'<span class="bad">exactness gate FAILED: {_e(", ".join(doc["exactness"]["failures"]))}</span>')
     return f"""<!doctype html><html lang=en><head><meta charset=utf-8><title>DFlash Mini Lab report ({_e(doc['device'])})</title>
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab — {_e(tgt.get('name', ''))}
 on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · {_aa_header(doc)} ·
 <a href="index.html">mechanism explorer</a> · <a href="benchmark.json">benchmark.json</a></div></header><main>
-{noise_banner(doc)}
+{headline_slot(doc)}{noise_banner(doc)}
 <div class=kpi><div>normal tok/s<b>{_f(normal.get('tokens_per_second'), 1)}</b></div>
-<div>best method<b id=best-method>{leaders_text(doc)}</b></div>
-<div>leader's speedup (95 % CI)<b>{_f(win.get('speedup'))}×</b><span class=muted>{_f((win.get('speedup_ci') or [None])[0])}–{_f((win.get('speedup_ci') or [None, None])[1])}</span></div><div>at width<b>{_e(win.get('width', '–'))}</b></div>
-<div>tokens/target call<b>{_f(win.get('tokens_per_target_call'), 2)}</b></div></div>
+{_group_kpi(doc)}<div>ranking width<b>{_e(rk.get('width') if rk.get('width') is not None else '–')}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
  {_e(st.get('rounds', '?'))} paired rounds · {_e(st.get('threads', '?'))} threads · dtype {_e(tgt.get('dtype', ''))}
  · widths {_e(', '.join(map(str, st.get('widths') or [])))}{_width_choice_note(st)}.
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
-<h2>Speedup versus normal decoding (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
-<h2>Every width</h2>{_width_table(doc)}
-<h2>Acceptance per draft position</h2>{_position_table(doc)}
+<h2>Ranking (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
+{_figures(doc)}
 <h2>Reference rows (same run)</h2>{_refs_table(doc)}
 <h2>Performance goals</h2>{_goals_table(doc)}
 <h2>Calibration (calibration prompts only)</h2>{_calibration(doc)}
@@ -472,19 +590,26 @@ draw();timer=setInterval(step,700);
 """
 
 
+def _prompt_block(doc: dict) -> str:
+    """The prompt the traces continue, shown before the generated text (benchmark.json `trace_prompt`)."""
+    p = doc.get("trace_prompt")
+    if not isinstance(p, str):
+        return "<div id=prompt class=\"prompt muted\">(this run did not record its prompt)</div>"
+    return f"<div class=muted>prompt</div><div id=prompt class=prompt>{_e(p)}</div>"
+
+
 def render_index(doc: dict) -> str:
     ok = doc["exactness"]["all_exact"]
-    win = doc.get("winner") or doc.get("leader") or {}
     return f"""<!doctype html><html lang=en><head><meta charset=utf-8><title>DFlash Mini Lab ({_e(doc['device'])})</title>
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab · {_e(doc['device'])}</h1>{_run_info(doc)}
 <div class=muted>{'<span class=ok>all methods exact</span>' if ok else '<span class=bad>exactness gate failed</span>'}
- · best: {leaders_text(doc)} (leader {_e(win.get('method', '–'))} {_f(win.get('speedup'))}× at w={_e(win.get('width', '–'))})
  · {_aa_header(doc)} · <a href="report.html">full report</a> · <a href="benchmark.json">benchmark.json</a></div>
-</header><main>{noise_banner(doc)}
-<h2>Mechanism explorer</h2><p class=muted>Replays real block traces recorded in this run (first prompt): the text
-generated before the round, then the draft, the accepted prefix (green), the first rejected draft (red), and the
-committed correction (amber) or bonus token (blue) from the same target forward.</p>
+</header><main>{headline_slot(doc)}{noise_banner(doc)}
+<h2>Mechanism explorer</h2><p class=muted>Replays real block traces recorded in this run (first prompt): the prompt,
+the text generated before the round, then the draft, the accepted prefix (green), the first rejected draft (red), and
+the committed correction (amber) or bonus token (blue) from the same target forward.</p>
 <p><select id=method></select> <button id=play>pause / play</button></p>
+{_prompt_block(doc)}<div class=muted>generated before this round</div>
 <div id=context class=ctx></div><div id=chips></div><p id=info class=muted></p>
 <h2>Ranking</h2>{_methods_table(doc)}
 <script id=payload type=application/json>{_payload(doc)}</script><script>{EXPLORER_JS}</script></main></body></html>"""

@@ -1,0 +1,292 @@
+"""Inline SVG figures for the report pages, drawn in Python from the canonical benchmark.json document.
+
+Why hand-written SVG: the pages must open offline and self-contained, and a figure here is a few dozen marks,
+so a plotting library (and its script, fonts or CDN) would weigh more than the page. Every data mark is a
+`<circle class=pt>` (a whisker a `<line class=whisker>`) inside `<g class=series data-series=...>` and carries the
+values it shows in `data-x`/`data-y` and a tooltip (`<title>`), so a test (and a reader with the DOM) can count
+and check each series against benchmark.json (tests/browser.py does, in headless Chromium). Nothing here
+computes a figure the document does not hold: the functions only place the document's numbers on axes.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Sequence
+
+# one colour per speculative method, in registry order (the methods table uses the same order)
+PALETTE = ("#7fb2ff", "#5fd38d", "#f5c26b", "#ff8c6b", "#c792ea", "#4dd0e1", "#ff6b9a", "#b5e36b",
+           "#ffd54f", "#90a4ae", "#a1887f", "#64b5f6", "#e57373", "#81c784", "#ba68c8", "#4db6ac")
+W, H = 560, 300  # one plot's size in px
+PAD = {"left": 56, "right": 14, "top": 26, "bottom": 44}
+
+
+def _e(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _g(x, nd: int = 3) -> str:
+    """A value for a data-* attribute or a tooltip: the document's number, rounded for reading only."""
+    return f"{x:.{nd}f}" if _num(x) else "–"
+
+
+def nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """About `n` round tick values covering [lo, hi] (steps of 1, 2 or 5 x 10^k): the axis, not data."""
+    if not (_num(lo) and _num(hi)) or hi <= lo:
+        return [lo] if _num(lo) else []
+    raw = (hi - lo) / max(1, n)
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(s * mag for s in (1, 2, 5, 10) if s * mag >= raw)
+    start = math.ceil(lo / step - 1e-9) * step
+    return [round(start + i * step, 10) for i in range(int((hi - start) / step + 1e-9) + 1)]
+
+
+def _scale(d0: float, d1: float, p0: float, p1: float) -> Callable[[float], float]:
+    if d1 == d0:
+        return lambda v: (p0 + p1) / 2
+    return lambda v: p0 + (p1 - p0) * (v - d0) / (d1 - d0)
+
+
+def _range(values: Sequence[float], include: Sequence[float] = (), pad: float = 0.06) -> tuple[float, float]:
+    xs = [v for v in (*values, *include) if _num(v)]
+    if not xs:
+        return 0.0, 1.0
+    lo, hi = min(xs), max(xs)
+    span = hi - lo or max(abs(hi), 1.0) * 0.1
+    return lo - pad * span, hi + pad * span
+
+
+class Frame:
+    """One panel: data ranges mapped onto a box of the SVG, with its axes drawn."""
+
+    def __init__(self, xr: tuple[float, float], yr: tuple[float, float], x0: float = 0, width: float = W,
+                 xticks: Sequence[float] | None = None, fmt_x: str = "{:g}", fmt_y: str = "{:g}",
+                 xlabel: str = "", ylabel: str = "", title: str = "", yticks: Sequence[float] | None = None):
+        self.left, self.right = x0 + PAD["left"], x0 + width - PAD["right"]
+        self.top, self.bottom = PAD["top"], H - PAD["bottom"]
+        self.x = _scale(xr[0], xr[1], self.left, self.right)
+        self.y = _scale(yr[0], yr[1], self.bottom, self.top)
+        self.xr, self.yr = xr, yr
+        self.xticks = list(xticks) if xticks is not None else nice_ticks(*xr)
+        self.yticks = list(yticks) if yticks is not None else nice_ticks(*yr)
+        self.fmt_x, self.fmt_y = fmt_x, fmt_y
+        self.xlabel, self.ylabel, self.title = xlabel, ylabel, title
+
+    def axes(self) -> str:
+        out = [f'<rect class=frame x="{self.left:.1f}" y="{self.top:.1f}" width="{self.right - self.left:.1f}" '
+               f'height="{self.bottom - self.top:.1f}" fill="none" stroke="#2b3a4a"/>']
+        for t in self.yticks:
+            y = self.y(t)
+            out.append(f'<line x1="{self.left:.1f}" y1="{y:.1f}" x2="{self.right:.1f}" y2="{y:.1f}" '
+                       f'stroke="#1f2b38"/><text x="{self.left - 6:.1f}" y="{y + 4:.1f}" text-anchor="end">'
+                       f"{_e(self.fmt_y.format(t))}</text>")
+        for t in self.xticks:
+            if self.xr[0] - 1e-9 <= t <= self.xr[1] + 1e-9:
+                x = self.x(t)
+                out.append(f'<text x="{x:.1f}" y="{self.bottom + 16:.1f}" text-anchor="middle">'
+                           f"{_e(self.fmt_x.format(t))}</text>")
+        mid = (self.left + self.right) / 2
+        out.append(f'<text x="{mid:.1f}" y="{H - 8}" text-anchor="middle" class=axis-label>{_e(self.xlabel)}</text>')
+        ym = (self.top + self.bottom) / 2
+        out.append(f'<text transform="translate({self.left - 42:.1f},{ym:.1f}) rotate(-90)" text-anchor="middle" '
+                   f"class=axis-label>{_e(self.ylabel)}</text>")
+        if self.title:
+            out.append(f'<text x="{self.left:.1f}" y="16" class=panel-title>{_e(self.title)}</text>')
+        return "".join(out)
+
+    def hline(self, v: float, label: str = "", dash: str = "4,3", colour: str = "#8a9aab") -> str:
+        y = self.y(v)
+        text = (f'<text x="{self.right - 4:.1f}" y="{y - 4:.1f}" text-anchor="end" fill="{colour}">{_e(label)}</text>'
+                if label else "")
+        return (f'<line class=ref x1="{self.left:.1f}" y1="{y:.1f}" x2="{self.right:.1f}" y2="{y:.1f}" '
+                f'stroke="{colour}" stroke-dasharray="{dash}"/>{text}')
+
+
+def series(fr: Frame, name: str, points: Sequence[tuple], colour: str, line: bool = True,
+           label: Callable[[tuple], str] | None = None, dash: str = "") -> str:
+    """One series: its line (when asked), a circle per point and a whisker per point with an interval.
+    `points`: (x, y) or (x, y, (lo, hi)); points without a finite y are left out (and not counted)."""
+    pts = [p for p in points if _num(p[0]) and _num(p[1])]
+    if not pts:
+        return ""
+    out = [f'<g class=series data-series="{_e(name)}" stroke="{colour}" fill="{colour}">']
+    if line and len(pts) > 1:
+        d = " ".join(f"{'M' if i == 0 else 'L'}{fr.x(p[0]):.1f},{fr.y(p[1]):.1f}" for i, p in enumerate(pts))
+        out.append(f'<path class=line d="{d}" fill="none" stroke-width="1.6"'
+                   + (f' stroke-dasharray="{dash}"' if dash else "") + "/>")
+    for p in pts:
+        x, y = fr.x(p[0]), fr.y(p[1])
+        ci = p[2] if len(p) > 2 else None
+        if ci is not None and len(ci) == 2 and _num(ci[0]) and _num(ci[1]):
+            lo, hi = fr.y(ci[0]), fr.y(ci[1])
+            out.append(f'<line class=whisker data-lo="{_g(ci[0])}" data-hi="{_g(ci[1])}" x1="{x:.1f}" y1="{lo:.1f}" '
+                       f'x2="{x:.1f}" y2="{hi:.1f}" stroke-width="1.2"/>'
+                       f'<line x1="{x - 3:.1f}" y1="{lo:.1f}" x2="{x + 3:.1f}" y2="{lo:.1f}"/>'
+                       f'<line x1="{x - 3:.1f}" y1="{hi:.1f}" x2="{x + 3:.1f}" y2="{hi:.1f}"/>')
+        tip = label(p) if label else f"{name}: {_g(p[0], 0)}, {_g(p[1])}"
+        out.append(f'<circle class=pt data-x="{_g(p[0], 0)}" data-y="{_g(p[1], 4)}" cx="{x:.1f}" cy="{y:.1f}" '
+                   f'r="3.2" stroke="#0f1419" stroke-width="0.8"><title>{_e(tip)}</title></circle>')
+    out.append("</g>")
+    return "".join(out)
+
+
+def legend(entries: Sequence[tuple[str, str]], x: float, width: float) -> tuple[str, int]:
+    """Colour keys in rows under the panels: (svg, height used)."""
+    # a cell as wide as the longest name at ~6.5 px a character (11 px system-ui), so no key runs into the next
+    out, col, row, cw = [], 0, 0, max(90, 24 + 6.5 * max((len(n) for n, _ in entries), default=0))
+    per_row = max(1, int(width // cw))
+    for name, colour in entries:
+        cx, cy = x + col * cw, H + 6 + row * 16
+        out.append(f'<g class=key><rect x="{cx:.1f}" y="{cy:.1f}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{cx + 14:.1f}" y="{cy + 9:.1f}">{_e(name)}</text></g>')
+        col += 1
+        if col == per_row:
+            col, row = 0, row + 1
+    rows = row + (1 if col else 0)
+    return "".join(out), rows * 16 + (8 if rows else 0)
+
+
+def svg(plot_id: str, label: str, body: str, width: float = W, extra_height: int = 0) -> str:
+    return (f'<svg id="{_e(plot_id)}" class=plot role=img aria-label="{_e(label)}" width="{width:.0f}" '
+            f'height="{H + extra_height}" viewBox="0 0 {width:.0f} {H + extra_height}" font-size="11" fill="#e6e6e6" '
+            f'xmlns="http://www.w3.org/2000/svg">{body}</svg>')
+
+
+def _empty(plot_id: str, label: str, why: str) -> str:
+    """A plot the run has no data for says so in words (and has no series), rather than drawing empty axes."""
+    return f'<p class="muted no-data" id="{_e(plot_id)}" data-plot-empty="1">{_e(label)}: {_e(why)}</p>'
+
+
+def _colours(doc: dict) -> dict[str, str]:
+    spec = [mid for mid in doc.get("methods") or {} if mid != "normal"]
+    return {mid: PALETTE[i % len(PALETTE)] for i, mid in enumerate(spec)}
+
+
+# --- the figures -------------------------------------------------------------------------------------------
+
+def speedup_vs_width(doc: dict) -> str:
+    """Median paired speedup over greedy against the verify width, one line per method, whisker = 95 % CI."""
+    pid, label = "plot-speedup-width", "speedup over greedy against verify width, per method"
+    colours = _colours(doc)
+    data = {mid: sorted((int(w), r.get("speedup"), r.get("speedup_ci")) for w, r in m["rows"].items())
+            for mid, m in doc["methods"].items() if mid in colours}
+    pts = [p for ps in data.values() for p in ps]
+    if not pts:
+        return _empty(pid, label, "no speculative method was measured")
+    widths = sorted({p[0] for p in pts})
+    ys = [v for p in pts for v in (p[1], *(p[2] or ()))]
+    lo_w, hi_w = widths[0], widths[-1]
+    xr = (lo_w - 0.5, hi_w + 0.5) if lo_w == hi_w else (lo_w - 0.04 * (hi_w - lo_w) - 0.3,
+                                                          hi_w + 0.04 * (hi_w - lo_w) + 0.3)
+    fr = Frame(xr, _range(ys, include=(1.0,)), xticks=widths, fmt_y="{:g}×", xlabel="verify width w",
+               ylabel="speedup over greedy", title="speedup vs verify width (whisker: 95 % CI)")
+    body = [fr.axes(), fr.hline(1.0, "1× normal")]
+    for mid, ps in data.items():
+        body.append(series(fr, mid, ps, colours[mid],
+                           label=lambda p, mid=mid: f"{mid} w{p[0]}: {_g(p[1])}× (95 % CI "
+                                                    f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
+    keys, kh = legend([(mid, colours[mid]) for mid in data], PAD["left"], W - PAD["left"])
+    return svg(pid, label, "".join(body) + keys, extra_height=kh)
+
+
+def acceptance_by_position(doc: dict) -> str:
+    """Conditional acceptance at each draft position (accepted at i / proposed at i) at each method's shown width."""
+    pid, label = "plot-acceptance-position", "conditional acceptance per draft position, per method"
+    colours = _colours(doc)
+    data = {}
+    for mid, m in doc["methods"].items():
+        if mid not in colours:
+            continue
+        row = m["rows"].get(str(m["best"]["width"])) or {}
+        pp = row.get("per_position_acceptance") or []
+        data[mid] = [(i + 1, p) for i, p in enumerate(pp)]
+    n = max((len(ps) for ps in data.values()), default=0)
+    if not n:
+        return _empty(pid, label, "no draft positions were measured")
+    xr = (0.5, n + 0.5)
+    # a little room below 0 % and above 100 %, so points there sit clear of the frame
+    fr = Frame(xr, (-0.03, 1.03), xticks=list(range(1, n + 1)) if n <= 16 else None, fmt_y="{:.0%}",
+               yticks=[0.0, 0.2, 0.4, 0.6, 0.8, 1.0],
+               xlabel="draft position i", ylabel="accepted at i / proposed at i",
+               title="acceptance per draft position (each method at its shown width)")
+    body = [fr.axes()]
+    for mid, ps in data.items():
+        w = doc["methods"][mid]["best"]["width"]
+        body.append(series(fr, mid, ps, colours[mid],
+                           label=lambda p, mid=mid, w=w: f"{mid} (w{w}) position {p[0]}: {_g(100 * p[1], 1)} %"))
+    keys, kh = legend([(mid, colours[mid]) for mid in data], PAD["left"], W - PAD["left"])
+    return svg(pid, label, "".join(body) + keys, extra_height=kh)
+
+
+def verify_cost(doc: dict) -> str:
+    """Left: the verify-cost curve t_verify(w)/t_decode. Right: the bound (w+1)·t_decode/t_verify(w) a perfect free
+    drafter would reach, against the oracle rows (replayed greedy drafts, measured: whisker = 95 % CI)."""
+    pid, label = "plot-verify-cost", "verify-cost curve, the speedup bound and the oracle rows"
+    ratio = {int(w): v for w, v in ((doc.get("verify_cost") or {}).get("ratio") or {}).items() if _num(v)}
+    bound = {int(w): v for w, v in (doc.get("upper_bound_speedup") or {}).items() if _num(v)}
+    oracle = {int(k.split("-w", 1)[1]): r for k, r in (doc.get("references") or {}).items()
+              if k.startswith("oracle-w") and k.split("-w", 1)[1].isdigit() and isinstance(r, dict)}
+    if not (ratio or bound or oracle):
+        return _empty(pid, label, "this run measured no verify-cost curve and no oracle rows")
+    ws = sorted({*ratio, *bound, *oracle})
+    xr = (ws[0] - 0.5, ws[-1] + 0.5)
+    ticks = ws if len(ws) <= 16 else None
+    half = W
+    left = Frame(xr, _range(list(ratio.values()), include=(1.0,)), x0=0, width=half, xticks=ticks,
+                 fmt_y="{:g}", xlabel="drafts verified w", ylabel="t_verify(w) / t_decode",
+                 title="verify cost (1 = one greedy step)")
+    oy = [v for r in oracle.values() for v in (r.get("speedup"), *(r.get("speedup_ci") or ()))]
+    right = Frame(xr, _range([*bound.values(), *oy], include=(1.0,)), x0=half, width=half, xticks=ticks,
+                  fmt_y="{:g}×", xlabel="verify width w", ylabel="speedup over greedy",
+                  title="bound (w+1)·t_dec/t_ver(w) vs oracle drafts")
+    body = [left.axes(), left.hline(1.0), right.axes(), right.hline(1.0, "1× normal")]
+    body.append(series(left, "verify cost", sorted(ratio.items()), "#7fb2ff",
+                       label=lambda p: f"t_verify({p[0]})/t_decode = {_g(p[1])}"))
+    body.append(series(right, "bound", sorted(bound.items()), "#f5c26b", dash="5,3",
+                       label=lambda p: f"bound at w{p[0]}: {_g(p[1])}×"))
+    body.append(series(right, "oracle", [(w, r.get("speedup"), r.get("speedup_ci")) for w, r in sorted(oracle.items())],
+                       "#5fd38d", label=lambda p: f"oracle w{p[0]}: {_g(p[1])}× measured (95 % CI "
+                                                  f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
+    keys, kh = legend([("t_verify(w)/t_decode", "#7fb2ff"), ("bound", "#f5c26b"), ("oracle (measured)", "#5fd38d")],
+                      PAD["left"], 2 * W - PAD["left"])
+    return svg(pid, label, "".join(body) + keys, width=2 * W, extra_height=kh)
+
+
+def noise(doc: dict) -> str:
+    """The A/A figure: every normal-vs-normal round (the noise gate) and every dflash-vs-dflash round at the ranking
+    width (the A/A of the ratio the rank groups compare), in the order timed, with the gate's ±threshold band."""
+    pid, label = "plot-noise", "A/A rounds: identical work timed against itself"
+    n = doc.get("noise") or {}
+    aa = [x for x in n.get("rounds") or [] if _num(x)]
+    rk = doc.get("ranking") or {}
+    base = rk.get("baseline")
+    w = rk.get("width")
+    brow = ((doc.get("methods") or {}).get(base or "") or {}).get("rows", {}).get(str(w)) or {}
+    bb = [x for x in brow.get("vs_baseline_rounds") or [] if _num(x)] if rk.get("statistic") == "vs_baseline" else []
+    if not aa and not bb:
+        return _empty(pid, label, "this run timed no A/A rounds (it predates the noise gate)")
+    th = n.get("threshold")
+    lo_b, hi_b = (1 - th, 1 + th) if _num(th) else (1.0, 1.0)
+    nmax = max(len(aa), len(bb))
+    fr = Frame((0.5, nmax + 0.5), _range([*aa, *bb], include=(lo_b, hi_b)), fmt_y="{:.2f}",
+               xticks=list(range(1, nmax + 1)) if nmax <= 20 else None, xlabel="round (in the order timed)",
+               ylabel="ratio of walls (1 = identical)", title="A/A: the same work timed against itself")
+    body = [fr.axes()]
+    if _num(th):
+        y0, y1 = fr.y(hi_b), fr.y(lo_b)
+        body.append(f'<rect class=band x="{fr.left:.1f}" y="{y0:.1f}" width="{fr.right - fr.left:.1f}" '
+                    f'height="{y1 - y0:.1f}" fill="#3d7eff" fill-opacity="0.12"><title>noise threshold ±'
+                    f'{_g(100 * th, 1)} % (--bench-noise-threshold)</title></rect>')
+    body.append(fr.hline(1.0, "1 (identical)"))
+    body.append(series(fr, "normal vs normal", list(enumerate(aa, 1)), "#f5c26b", line=False,
+                       label=lambda p: f"normal vs normal, round {p[0]}: {_g(p[1], 4)}"))
+    if bb:
+        body.append(series(fr, f"{base} vs {base}", list(enumerate(bb, 1)), "#7fb2ff", line=False,
+                           label=lambda p: f"{base} vs {base} at w{w}, round {p[0]}: {_g(p[1], 4)}"))
+    entries = [("normal vs normal (noise gate)", "#f5c26b")] + ([(f"{base} vs {base} (w{w})", "#7fb2ff")] if bb else [])
+    keys, kh = legend(entries, PAD["left"], W - PAD["left"])
+    return svg(pid, label, "".join(body) + keys, extra_height=kh)
