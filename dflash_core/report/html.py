@@ -28,6 +28,7 @@ select,button{background:#243447;color:#e6e6e6;border:1px solid #2b3a4a;border-r
 a{color:#7fb2ff}
 .ctx{font-family:monospace;white-space:pre-wrap;color:#9fb3c8;margin:6px 3px}
 .banner{background:#5a3a12;border:1px solid #f5c26b;color:#ffe3b0;padding:10px 14px;margin:12px 0;border-radius:6px}
+.headline{font-size:16px;margin:14px 0 4px;line-height:1.4}
 """
 
 
@@ -84,12 +85,27 @@ def _pct(x) -> str:
 
 
 def _aa_header(doc: dict) -> str:
-    """The A/A spread for the page header: how far normal-vs-normal rounds strayed from 1 in this run."""
+    """The run's noise figure for the page header (report.ranking), the ranking's own A/A (dflash against dflash)
+    and the position effect of the leg order."""
     n = doc.get("noise") or {}
-    if n.get("spread") is None:
-        return "<span id=aa-spread>A/A spread: not measured (run predates the noise gate)</span>"
-    return (f"<span id=aa-spread>A/A spread (normal vs normal, {_e(len(n.get('rounds') or []))} paired rounds): "
-            f"{_pct(n['spread'])} (threshold {_pct(n.get('threshold'))})</span>")
+    if n.get("sigma") is None:
+        return "<span id=noise-figure>noise figure: not measured (no ranked case has two rounds)</span>"
+    ci = n.get("ci") or [None, None]
+    aa = n.get("aa") or {}
+    aa_text = (f" · A/A dflash vs dflash {_f(aa.get('median'))}× [{_f(aa.get('lo'))}–{_f(aa.get('hi'))}] "
+               f"({_e(aa.get('label'))})" if aa else "")
+    pe = doc.get("position_effect") or {}
+    pe_text = (f" · position effect (first leg / second leg, rows drafting like dflash: {_e(', '.join(pe['rows']))}"
+               f"{'' if pe.get('randomised') else '; fixed order'}) {_f(pe.get('median'))} [{_f(pe.get('lo'))}–"
+               f"{_f(pe.get('hi'))}]" + ("" if pe.get("adjustment") is None else
+                                         f", removed from every ranked round ({_f(pe['adjustment'])} over all cases)")
+               if pe else "")
+    legacy = n.get("legacy_aa") or {}
+    old = (f" · old A/A max |ratio − 1| of {_e(len(legacy.get('rounds') or []))} normal rounds "
+           f"{_pct(legacy.get('spread'))} (not used)" if legacy else "")
+    return (f"<span id=noise-figure>noise figure {_pct(n['sigma'])} [{_pct(ci[0])}–{_pct(ci[1])}] (pooled robust SD "
+            f"of per-round log ratios, {_e(n.get('cases'))} cases; threshold {_pct(n.get('threshold'))})"
+            f"{aa_text}{pe_text}{old}</span>")
 
 
 def _width_choice_note(st: dict) -> str:
@@ -115,51 +131,60 @@ def _vs_cell(b: dict) -> str:
     ci = b.get("vs_baseline_ci")
     if b.get("vs_baseline") is None or not isinstance(ci, list):
         return "–"
-    return f"{_f(b['vs_baseline'])}× [{_f(ci[0])}–{_f(ci[1])}]"
+    return (f"{_f(b['vs_baseline'])}× [{_f(ci[0])}–{_f(ci[1])}] <span class=muted>"
+            f"{_e(b.get('vs_baseline_label') or '')}</span>")
 
 
 def _ranking_note(doc: dict) -> str:
-    """What the rank groups compare (benchmark.json `ranking`)."""
+    """What the ranking compares (benchmark.json `ranking`)."""
     rk = doc.get("ranking") or {}
     if rk.get("statistic") == "vs_baseline":
-        return (f"Ranked at width {_e(rk.get('width'))} (the width of the highest speedup) by each method's speed "
-                f"against plain {_e(rk.get('baseline'))} at that width: every round times normal, then "
-                f"{_e(rk.get('baseline'))}, then the method, within seconds, so a switch of the machine's state between "
-                "minutes (which moves speedups over greedy by 10-20 %) hits both sides of the ratio alike; for "
-                f"{_e(rk.get('baseline'))} itself the ratio is {_e(rk.get('baseline'))} against itself (its A/A).")
+        how = ("chosen on calibration prompts before any round" if rk.get("width_chosen") == "calibration" else
+               "the width of the highest benchmark median: post-hoc, as runs before schema 7 chose it")
+        return (f"Ranked at width {_e(rk.get('width'))} ({_e(how)}) by each method's speed against plain "
+                f"{_e(rk.get('baseline'))} at that width, timed in the same rounds, a number of rounds fixed before "
+                f"the run, the legs of each round in a seeded random order; for {_e(rk.get('baseline'))} itself the "
+                "ratio is dflash against dflash (the ranking's own A/A).")
     return "Ranked by each method's best speedup over greedy (this run has no per-round dflash comparison)."
 
 
 def _group_rule(doc: dict) -> str:
-    """How the rank groups were formed (benchmark.json `ranking.resolution`)."""
-    res = (doc.get("ranking") or {}).get("resolution")
-    return ("G1 is the leader's group: the method with the highest median and every method whose 95 % interval "
-            "overlaps the leader's" + (f" or whose median is less than {_pct(res)} below it (the resolution, "
-                                       "--bench-resolution)" if res else "")
-            + ". G2 holds every other method, each resolved below G1; the run does not order G2's methods against "
-            "each other (their sub-groups did not reproduce between quiet runs), so compare two of them by their "
-            "intervals.")
+    """How the groups were formed and what they guarantee (benchmark.json `ranking`)."""
+    rk = doc.get("ranking") or {}
+    return (f"{rk.get('guarantee') or ''} G1: the methods multiple comparisons with the best (MCB) cannot rule out "
+            f"as the fastest, within the resolution r = {_pct(rk.get('resolution_effective'))} (the larger of "
+            f"--bench-resolution {_pct(rk.get('resolution'))} and 2.5 x the noise figure / sqrt(rounds)). "
+            f"G2: {rk.get('not_claimed') or ''}")
 
 
 def noise_banner(doc: dict) -> str:
-    """The banner shown when the A/A gate measured more noise than its threshold, else ''."""
+    """The banner shown when the run's noise figure is above its threshold, else ''."""
     n = doc.get("noise") or {}
     if not n.get("noisy"):
         return ""
-    return (f"<div class=banner id=noise-banner><b>Noisy machine.</b> normal timed against normal differed by up to "
-            f"{_pct(n.get('spread'))} in this run (threshold {_pct(n.get('threshold'))}): speedup differences below "
-            f"{_pct(n.get('spread'))} are not resolved, whatever the ranking shows.</div>")
+    return (f"<div class=banner id=noise-banner><b>Noisy machine.</b> the ranking rounds' noise figure is "
+            f"{_pct(n.get('sigma'))} (threshold {_pct(n.get('threshold'))}): the resolution widened to "
+            f"{_pct((doc.get('ranking') or {}).get('resolution_effective'))} and no single winner is named.</div>")
+
+
+def headline_html(doc: dict) -> str:
+    """The finding in one sentence (report.headline) and what the run lacks, first on both pages."""
+    from .headline import headline
+
+    lim = doc.get("limitations") or []
+    more = ("<ul class=muted id=limitations>" + "".join(f"<li>{_e(x)}</li>" for x in lim) + "</ul>") if lim else ""
+    return f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}"
 
 
 def leaders_text(doc: dict) -> str:
-    """'X' when the run resolves a single winner, else the leader's rank group (no single winner named)."""
+    """'X' when the ranking names a single winner, else G1 (no single winner named)."""
     win = doc.get("winner")
     if win:
         return _e(win["method"])
     groups = doc.get("rank_groups") or []
     if not groups:
         return "–"
-    return "not resolved: rank group 1 = " + ", ".join(_e(m) for m in groups[0])
+    return "no single winner: G1 = " + ", ".join(_e(m) for m in groups[0])
 
 
 def activity_label(m: dict) -> str:
@@ -172,17 +197,20 @@ def activity_label(m: dict) -> str:
 
 
 def _activity_cells(m: dict, b: dict) -> str:
-    """Rounds differ %, positions differ %, net accepted drafts (gained − lost) at the width shown, vs dflash."""
+    """Rounds differ %, positions differ %, accepted drafts against dflash's at the method's own contexts
+    (gained − lost), and tau − dflash's tau from the two separate decodes, at the width shown."""
     a = b.get("activity")
     label = activity_label(m)
     tag = f' <span class="muted inactive">{_e(label)}</span>' if label.startswith("inactive") else ""
+    dtau = b.get("tau_minus_dflash")
+    tau = f"<td class=dtau>{'–' if dtau is None else ('+' if dtau > 0 else '') + _f(dtau, 2)}</td>"
     if not isinstance(a, dict):
-        return f"<td colspan=3 class=activity>{_e(label) or '–'}</td>"
+        return f"<td colspan=3 class=activity>{_e(label) or '–'}</td>{tau}"
     net = a.get("net", 0)
     return (f"<td class=activity>{_pct(a.get('rounds_differ_share'))}{tag}</td>"
             f"<td>{_pct(a.get('positions_differ_share'))}</td>"
             f"<td>{'+' if net > 0 else ''}{_e(net)} <span class=muted>(+{_e(a.get('gained'))} −{_e(a.get('lost'))})"
-            f"</span></td>")
+            f"</span></td>{tau}")
 
 
 def _methods_table(doc: dict) -> str:
@@ -209,42 +237,58 @@ def _methods_table(doc: dict) -> str:
             f"<tr{' class=winner' if mid == win else ''}><td>{_e(f'{idx:02d}' if isinstance(idx, int) else idx)} "
             f"{_e(mid)}</td><td>{_width_label(b)}</td><td>{_f(b['tokens_per_second'], 1)}</td>"
             f"<td>{bar} {_f(b['speedup'])}× [{_f(b.get('speedup_q1'), 2)}–{_f(b.get('speedup_q3'), 2)}]</td>"
-            f"<td class=ci>{_f(ci[0], 3)}–{_f(ci[1], 3)}</td>"
+            f"<td class=ci>{_f(ci[0], 3)}–{_f(ci[1], 3)} <span class=muted>{_e(b.get('speedup_ci_label') or '')}"
+            "</span></td>"
             f"<td class=vs>{_vs_cell(b)}</td>"
-            f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
+            f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>{_claim_cell(b)}"
             f"<td class=model>{_x(b.get('model_speedup'))}</td>{_ratio_cell(b)}"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"<td>{_f(100 * b['acceptance_rate'], 1)}%</td>"
             f"<td>{_f(100 * r.get('acceptance_rate_drafted', b['acceptance_rate']), 1)}%</td>"
             f"<td class=rounds>{_e(r.get('rounds', '–'))}"
             f"{'' if r.get('compared_rounds') in (None, r.get('rounds')) else ' / ' + _e(r['compared_rounds'])}"
-            f"{'' if not r.get('race') else ' <span class=muted>(' + _e(r['race'].get('stop')) + ')</span>'}</td>"
+            f"{'' if not r.get('race') else ' <span class=muted>(raced: ' + _e(r['race'].get('stop')) + ')</span>'}"
+            "</td>"
             f"{_activity_cells(m, b)}<td>{_f(r.get('guidance_work', 0), 0)}</td>"
             f"<td>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td><td>{ex}</td></tr>")
     return ("<table id=methods-table><tr><th>method</th><th>width shown</th>"
             "<th>tok/s (median over rounds, not paired)</th><th>speedup vs normal, paired per round: median "
-            "[Q1–Q3]</th><th>speedup 95 % CI (bootstrap of the median)</th>"
-            "<th>vs dflash at the ranking width, paired per round: median [95 % CI]</th><th>rank group</th>"
+            "[Q1–Q3]</th><th>speedup: interval of the median (order statistics; 95 % only from 6 rounds)</th>"
+            "<th>vs dflash at the ranking width, paired per round: median [interval]</th><th>rank group</th>"
+            "<th>claim (95 %, joint)</th>"
             "<th>cost-model speedup</th><th>measured / model</th><th>tok/call</th>"
-            "<th>accept (of verified)</th><th>accept (of drafted)</th><th>paired rounds: vs normal / vs dflash (race stop)</th>"
-            "<th>rounds differ from dflash</th><th>positions differ</th><th>net accepted drafts vs dflash</th>"
+            "<th>accept (of verified)</th><th>accept (of drafted)</th><th>paired rounds: vs normal / vs dflash</th>"
+            "<th>rounds differ from dflash</th><th>positions differ</th><th>accepted drafts vs dflash's at the same "
+            "contexts (the method's own)</th><th>tau − dflash tau (separate decodes)</th>"
             "<th>guidance</th><th>loop overhead</th>"
             "<th>exactness</th></tr>" + "".join(rows) + "</table>"
             f"<p class=muted>{_ranking_note(doc)} "
-            f"rank group: {_e(_group_rule(doc))} A single winner is named only when G1 has one "
-            "member. Racing gave the other members of the leader's group extra "
-            "paired rounds (stop: separated, cap or budget). The cost-model speedup is deterministic: "
+            f"rank group: {_e(_group_rule(doc))} A single winner is named only when the selection names one (and the "
+            "noise figure is below its threshold). The cost-model speedup is deterministic: "
             "the case's own rounds priced with component costs timed in isolation (target verify per width, drafter "
             "and selection per block); on a quiet machine (A/A spread < 2 %) a measured/model ratio outside "
             "[0.9, 1.1] is flagged as unexplained overhead. Activity: at each round of an untimed "
-            "decode, plain dflash drafted at the same context; a round or position differs when the drafts do, and net "
-            "is the accepted drafts the differences gained minus those they lost. A method whose draft never differed "
+            "decode, plain dflash drafted at the same context; a round or position differs when the drafts do, and the "
+            "accepted-drafts column counts what the differences gained minus what they lost at the method's own "
+            "contexts, which can disagree in sign with tau − dflash tau (the two decodes reach different contexts). "
+            "A method whose draft never differed "
             "is labelled inactive here: its row measures dflash plus its overhead, not a distinct result. Accept of "
             "drafted counts trimmed drafts too (ACT, DSpark trim before verifying); "
             "tok/s pools each method's own rounds; the speedup divides each round by the normal run "
             "made right before it, so the two columns can rank methods differently. A width marked post-hoc is the "
             "maximum of the benchmark medians (an optimistic choice made on the data it is reported on); "
             "<code>--tune</code> chooses widths on calibration prompts instead.</p>")
+
+
+def _claim_cell(b: dict) -> str:
+    """What the selection claims of a method: in G1 (may be the fastest), or not the fastest, with the lower
+    bound of its gap to the fastest when it is listed (report.ranking)."""
+    claim, gap = b.get("claim"), b.get("gap_lo")
+    if claim is None:
+        return "<td class=claim>–</td>"
+    if claim == "in G1":
+        return "<td class=claim>may be the fastest</td>"
+    return f"<td class=claim>{_e(claim)}" + (f" (≥ {_pct(gap)} slower)" if gap else "") + "</td>"
 
 
 def _x(v, nd=3) -> str:
@@ -278,25 +322,28 @@ def _speedup_chart(doc: dict) -> str:
             grp += " (inactive here)"
         parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(b["width"])}{grp}</text>'
                      f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(b["speedup"]) - left):.1f}" height="12" '
-                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, 95 % CI {_f(lo)}–{_f(up)}{grp}</title></rect>'
+                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, interval {_f(lo)}–{_f(up)}{grp}</title></rect>'
                      f'<line class=ci x1="{x(max(lo, 0)):.1f}" y1="{y + 9}" x2="{x(up):.1f}" y2="{y + 9}" '
                      f'stroke="#e6e6e6"/><text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(b["speedup"], 2)}×</text>')
     h = row * len(ms) + 4
     return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
             f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
-            '<p class=muted>bar: median paired speedup at the width shown; whisker: its 95 % bootstrap confidence '
-            'interval; G<i>n</i>: rank group (see the methods table\'s note); inactive here: the draft never differed from '
+            '<p class=muted>bar: median paired speedup at the width shown; whisker: its order-statistic interval of '
+            'the median (95 % from 6 rounds; below that the min-max, with its coverage in the table); G<i>n</i>: rank group (see the methods table\'s note); inactive here: the draft never differed from '
             'dflash\'s; dashed: 1× (normal)</p>')
 
 
 def _goals_table(doc: dict) -> str:
+    status = {True: "<span class=ok>met</span>", False: "<span class=bad>missed</span>",
+              None: "<span class=tie>undetermined</span>"}
     rows = "".join(
-        f"<tr><td>{_e(g.get('goal'))}</td><td>{_f(g.get('figure'))}"
-        f"{'' if g.get('spread') is None else ' (IQR ' + _f(g['spread']) + ')'}</td>"
-        f"<td>{'<span class=ok>met</span>' if g.get('ok') else '<span class=bad>missed</span>'}</td></tr>"
+        f"<tr><td>{_e(g.get('goal'))}</td><td>{_f(g.get('figure'))} <span class=muted>({_e(g.get('basis', ''))}"
+        f"{'' if g.get('point') is None or g.get('point') == g.get('figure') else '; point ' + _f(g['point'])})"
+        f"</span></td><td>{status.get(g.get('ok'), status[None])}"
+        f"{' <span class=muted>' + _e(g['note']) + '</span>' if g.get('note') else ''}</td></tr>"
         for g in doc.get("goals") or [] if isinstance(g, dict))
     return ("<table id=goals-table><tr><th>performance goal (stated in docs/performance.md, with the 350M goals)</th>"
-            "<th>this run</th><th>status</th></tr>" + rows + "</table>")
+            "<th>this run (on the side that makes the goal hardest)</th><th>status</th></tr>" + rows + "</table>")
 
 
 def _width_table(doc: dict) -> str:
@@ -313,7 +360,8 @@ def _width_table(doc: dict) -> str:
         rows.append(f"<tr><td>{_e(mid)}</td>{cells}</tr>")
     ub = doc.get("upper_bound_speedup") or {}
     if ub:
-        rows.append("<tr><td class=muted>upper bound (w+1)·t_dec/t_ver(w)</td>" + "".join(
+        rows.append("<tr><td class=muted>upper bound: a free drafter accepting every draft (prefill and round "
+                    "schedule included)</td>" + "".join(
             f"<td class=muted>{_f(ub.get(str(w)), 2)}×</td>" for w in widths) + "</tr>")
     return f"<table id=width-table><tr><th>method</th>{head}</tr>{''.join(rows)}</table>"
 
@@ -425,10 +473,10 @@ def render_report(doc: dict) -> str:
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab — {_e(tgt.get('name', ''))}
 on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · {_aa_header(doc)} ·
 <a href="index.html">mechanism explorer</a> · <a href="benchmark.json">benchmark.json</a></div></header><main>
-{noise_banner(doc)}
+{headline_html(doc)}{noise_banner(doc)}
 <div class=kpi><div>normal tok/s<b>{_f(normal.get('tokens_per_second'), 1)}</b></div>
 <div>best method<b id=best-method>{leaders_text(doc)}</b></div>
-<div>leader's speedup (95 % CI)<b>{_f(win.get('speedup'))}×</b><span class=muted>{_f((win.get('speedup_ci') or [None])[0])}–{_f((win.get('speedup_ci') or [None, None])[1])}</span></div><div>at width<b>{_e(win.get('width', '–'))}</b></div>
+<div>leader's speedup (interval)<b>{_f(win.get('speedup'))}×</b><span class=muted>{_f((win.get('speedup_ci') or [None])[0])}–{_f((win.get('speedup_ci') or [None, None])[1])}</span></div><div>at width<b>{_e(win.get('width', '–'))}</b></div>
 <div>tokens/target call<b>{_f(win.get('tokens_per_target_call'), 2)}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
  {_e(st.get('rounds', '?'))} paired rounds · {_e(st.get('threads', '?'))} threads · dtype {_e(tgt.get('dtype', ''))}
@@ -480,7 +528,7 @@ def render_index(doc: dict) -> str:
 <div class=muted>{'<span class=ok>all methods exact</span>' if ok else '<span class=bad>exactness gate failed</span>'}
  · best: {leaders_text(doc)} (leader {_e(win.get('method', '–'))} {_f(win.get('speedup'))}× at w={_e(win.get('width', '–'))})
  · {_aa_header(doc)} · <a href="report.html">full report</a> · <a href="benchmark.json">benchmark.json</a></div>
-</header><main>{noise_banner(doc)}
+</header><main>{headline_html(doc)}{noise_banner(doc)}
 <h2>Mechanism explorer</h2><p class=muted>Replays real block traces recorded in this run (first prompt): the text
 generated before the round, then the draft, the accepted prefix (green), the first rejected draft (red), and the
 committed correction (amber) or bonus token (blue) from the same target forward.</p>
