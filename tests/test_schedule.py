@@ -96,8 +96,8 @@ def _rank_session(sess) -> dict:
 def test_no_false_single_winner_at_a_14_percent_gap(quiet_decodes):
     """The whole procedure (3 base rounds, the fixed ranking rounds in seeded random leg order, the report's
     selection) on 120 quiet runs of the lab's truths, whose top two are 1.4 % apart (inside r = 2 %): a single
-    winner in <= 5 % of them (simulated: ~0 %). Breaks: r = 0 (a winner on any resolved lead) -> ~35 %; the
-    leader's-group rule of schema 6 at fixed rounds -> ~11 %, raced -> ~20 %."""
+    winner in <= 5 % of them (simulated: ~0 %). Breaks: r = 0 (a winner on any simultaneously resolved lead) and
+    the leader's-group rule of schema 6 (overlapping percentile-bootstrap intervals) each fail it."""
     winners = 0
     for run in range(120):
         quiet_decodes.machine = Machine(TRUTH, QUIET, seed=1000 + run)

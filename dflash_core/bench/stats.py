@@ -91,10 +91,7 @@ def median_interval(xs: Sequence[float], confidence: float = CONFIDENCE) -> dict
     if minmax < confidence:
         return {"n": n, "median": med, "lo": float(a[0]), "hi": float(a[-1]), "coverage": minmax,
                 "label": f"min-max of {n} round{'s' if n > 1 else ''} (covers the median with {100 * minmax:.1f} %)"}
-    ls = np.arange(1, n // 2 + 1)
-    cov = 1.0 - 2.0 * sps.binom.cdf(ls - 1, n, 0.5)
-    lo_i = int(ls[cov >= confidence].max())
-    c = float(1.0 - 2.0 * sps.binom.cdf(lo_i - 1, n, 0.5))
+    lo_i, c = _two_sided_index(n, float(confidence))
     return {"n": n, "median": med, "lo": float(a[lo_i - 1]), "hi": float(a[n - lo_i]), "coverage": c,
             "label": f"{100 * confidence:.0f} % CI (order statistics {lo_i} and {n + 1 - lo_i} of {n}, exact "
                      f"coverage {100 * c:.1f} %)"}
@@ -113,11 +110,25 @@ def lower_confidence_limit(xs: Sequence[float], confidence: float = CONFIDENCE, 
     needed = int(math.ceil(math.log2(1.0 / alpha)))
     if n == 0 or 0.5 ** n > alpha:
         return {"n": n, "limit": None, "coverage": None, "needed": needed}
+    lo_i, c = _one_sided_index(n, float(alpha))
+    return {"n": n, "limit": float(a[lo_i - 1]), "coverage": c, "needed": needed}
+
+
+@lru_cache(maxsize=4096)
+def _two_sided_index(n: int, confidence: float) -> tuple[int, float]:
+    """The largest l whose [x_(l), x_(n+1-l)] covers the median with >= `confidence`, and its exact coverage."""
+    ls = np.arange(1, n // 2 + 1)
+    cov = 1.0 - 2.0 * sps.binom.cdf(ls - 1, n, 0.5)
+    lo_i = int(ls[cov >= confidence].max())
+    return lo_i, float(1.0 - 2.0 * sps.binom.cdf(lo_i - 1, n, 0.5))
+
+
+@lru_cache(maxsize=4096)
+def _one_sided_index(n: int, alpha: float) -> tuple[int, float]:
+    """The largest l with P(x_(l) > median) = P(Bin(n, 1/2) < l) <= alpha, and the coverage 1 - that."""
     ls = np.arange(1, n + 1)
-    ok = sps.binom.cdf(ls - 1, n, 0.5) <= alpha  # P(x_(l) > median) = P(Bin(n, 1/2) < l)
-    lo_i = int(ls[ok].max())
-    return {"n": n, "limit": float(a[lo_i - 1]), "coverage": float(1.0 - sps.binom.cdf(lo_i - 1, n, 0.5)),
-            "needed": needed}
+    lo_i = int(ls[sps.binom.cdf(ls - 1, n, 0.5) <= alpha].max())
+    return lo_i, float(1.0 - sps.binom.cdf(lo_i - 1, n, 0.5))
 
 
 def upper_confidence_limit(xs: Sequence[float], confidence: float = CONFIDENCE, comparisons: int = 1) -> dict:
