@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -246,7 +247,6 @@ def cmd_bench(a) -> int:
     options table, so only what was given on this command line is forwarded as an option (forwarding this
     parser's defaults would override the environment).
     """
-    import os
     import subprocess
 
     from .prepare.pipeline import prepare
@@ -280,9 +280,16 @@ def cmd_bench(a) -> int:
     return rc
 
 
+def _export_mini_seed(a) -> None:
+    """--mini-seed reaches every mini_target_dir and the child pytest of `bench` as DFLASH_MINI_SEED."""
+    if getattr(a, "mini_seed", None) is not None:
+        os.environ["DFLASH_MINI_SEED"] = str(a.mini_seed)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit codes: 0 ok, 1 an exactness gate failed, 2 bad input (a clear `error:` line, no traceback)."""
     a = build_parser().parse_args(argv)
+    _export_mini_seed(a)
     try:
         if a.cmd == "methods":
             return cmd_methods(a.markdown)

@@ -123,6 +123,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("drafter", "DFLASH_DRAFTER", None, "a transformers-format DFlash drafter (directory or hub id) used "
            "instead of training one; prepare fits every method's artifacts on it", cli="--drafter",
            pytest="--drafter", default_text="none: prepare trains one", commands=RUNS + ("bench",), bench=True),
+    # Several independent mini targets (another training seed each) test whether a ranking holds beyond one model.
+    Option("mini_seed", "DFLASH_MINI_SEED", None, "training seed of the embedded mini target: another seed builds "
+           "another, independent mini target (its own folder targets/mini-seed-N in the home, its own weights and "
+           "artifact key); recorded in the target's metadata and benchmark.json", type=int, minimum=0,
+           cli="--mini-seed", default_text="none: the standard mini target (training seed 1234, targets/mini)",
+           commands=RUNS + ("bench", "export")),
     Option("home", "DFLASH_HOME", "~/.cache/dflash-mini-lab", "artifact cache: the mini target, the drafter and the "
            "method fits", cli="--home", commands=RUNS + ("bench", "export", "import", "export-drafter")),
     Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, cli="--threads",

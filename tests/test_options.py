@@ -197,7 +197,8 @@ def test_name_lists_come_from_the_table():
     from dflash_core import __main__ as cli
     from dflash_core.options import for_command, pytest_options
 
-    assert set(cli.RUN_OPTIONS) == {"target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter"}
+    assert set(cli.RUN_OPTIONS) == {"target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter",
+                                    "mini_seed"}
     assert set(for_command("import")) == {"home"} and set(cli.BENCH_FORWARDED) == {
         "target", "device", "dtype", "kernels", "drafter"}
     assert set(pytest_options("root")) == {"target", "device", "dtype", "kernels"}

@@ -298,11 +298,12 @@ def _checkpoint_meta(where: Path, error) -> dict:
 
     path = where / META_FILE
     if not path.is_file():
-        return {"family": None, "mini_corpus_files": None}
+        return {"family": None, "mini_corpus_files": None, "mini_seed": None}
     try:
         meta = json.loads(path.read_text("utf-8"))
         return {"family": str(meta.get("prompt_family", "code")),
-                "mini_corpus_files": int(meta.get("config", {}).get("corpus_files", 400))}
+                "mini_corpus_files": int(meta.get("config", {}).get("corpus_files", 400)),
+                "mini_seed": meta.get("config", {}).get("seed")}
     except (OSError, ValueError, AttributeError, TypeError) as exc:
         raise error(f"{path} is not valid checkpoint metadata ({exc}): restore it or delete the file") from exc
 
@@ -408,6 +409,7 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     ident.update({"revision": revision if kind == "hub" else None, "hub_commit": commit})
     rt.info = {"kind": kind, "location": where, "parameters": ident["parameters"], "revision": revision,
                "commit": commit, "family": meta["family"], "mini_corpus_files": meta["mini_corpus_files"],
+               "mini_seed": meta["mini_seed"],
                "identity": ident}
     model.to(device=dev, dtype=tdtype)
     rt.device, rt.dtype = dev, tdtype
