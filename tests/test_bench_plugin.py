@@ -171,8 +171,9 @@ def test_every_case_carries_its_activity_and_ranking_record(smoke_run):
 
 
 def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_run):
-    """Schema 4: model speedup, measured/model and the overhead flag on every row and every shown width; each
-    calibrated method chose once per benchmarked width, by the cost-model objective the page names."""
+    """Model speedup (schema 7: priced by the report on every case's own loop timings), measured/model and the
+    overhead flag on every row and every shown width; each calibrated method chose once per benchmarked width, by
+    the cost-model objective the page names."""
     from dflash_core.bench.costmodel import OBJECTIVE
 
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
@@ -181,10 +182,13 @@ def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_
         for w, r in m["rows"].items():
             assert r["model_speedup"] > 0 and r["measured_over_model"] == r["speedup"] / r["model_speedup"], (mid, w)
             assert isinstance(r["unexplained_overhead"], bool)
-            assert len(r["component_costs"]["t_verify"]) == doc["settings"]["block_size"] + 1
+            assert r["loop_costs"]["wall"] > 0 and (mid == "normal") == ("step" in r["loop_costs"])
         assert m["best"]["model_speedup"] == m["rows"][str(m["best"]["width"])]["model_speedup"]
     assert doc["methods"]["normal"]["rows"]["0"]["model_speedup"] == 1.0
-    assert doc["cost_model"]["objective"] == OBJECTIVE and doc["cost_model"]["target_costs"]["t_decode"] > 0
+    assert doc["cost_model"]["objective"] == OBJECTIVE and doc["cost_model"]["fit"]["t_decode"] > 0
+    assert doc["cost_model"]["source"] == "loop" and doc["verify_cost"]["source"].startswith("loop")
+    fit = doc["cost_model"]["fit"]["t_verify"]
+    assert len(fit) == doc["settings"]["block_size"] + 1 and all(a <= b for a, b in zip(fit, fit[1:]))
     for mid in ("act", "dspark_lite", "boltzmann_v10", "gated_mobs_v11", "minop_v13"):
         rec = doc["calibration"][mid]
         assert rec["objective"] == OBJECTIVE and set(rec["widths"]) == {str(w) for w in WIDTHS}, mid
