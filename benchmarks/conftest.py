@@ -103,9 +103,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.fixture(scope="session")
 def bench(request):
-    """The shared BenchSession (target, artifacts, prompts, references, calibration), bracketed by the A/A
-    noise gate: normal against normal right after opening and again at teardown (before the report is built)."""
-    from dflash_core.bench.rounds import measure_aa
+    """The shared BenchSession (target, artifacts, prompts, references, calibration). The run's noise figure
+    comes from its own ranking rounds (dflash_core.bench.stats.robust_noise), not from extra A/A rounds."""
     from dflash_core.bench.session import open_session
 
     sess = request.config.stash.get(_early_key, None) or open_session(bench_config(request.config))
@@ -114,9 +113,7 @@ def bench(request):
         pytest.exit(f"error: --bench-widths {widths} exceed the drafter's block size B={sess.block_size}: give "
                     f"widths in 1..{sess.block_size}", returncode=pytest.ExitCode.USAGE_ERROR)
     request.config.stash[_key()] = sess
-    measure_aa(sess, "start")
-    yield sess
-    measure_aa(sess, "end")
+    return sess
 
 
 def _key():

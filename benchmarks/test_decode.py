@@ -1,9 +1,10 @@
-"""The benchmark matrix: every method x device x verify width, racing, plus same-run reference rows.
+"""The benchmark matrix: every method x device x verify width, the ranking rounds, plus same-run reference rows.
 
-Each case decodes every benchmark prompt per round, paired with a fresh `normal` run right before it,
-checks exactness against greedy, and stores plain-number metrics in extra_info for the report plugin. A case's
-item times its first round; `test_rounds` then gives every case its other base rounds in round-robin passes,
-and `test_race` extra rounds to the contenders (both are collected right after the decode cases).
+Each case decodes every benchmark prompt per round, paired with a fresh `normal` run and plain dflash in the
+same round, checks exactness against greedy, and stores plain-number metrics in extra_info for the report
+plugin. A case's item times its first round; `test_rounds` then gives every case its other base rounds in
+round-robin passes, and `test_ranking_rounds` the ranking width's cases their fixed number of rounds against
+dflash (both are collected right after the decode cases).
 """
 
 from __future__ import annotations
@@ -32,14 +33,15 @@ def test_rounds(bench):
     assert sum(grown.values()) == rec["passes"] * rec["cases"], grown
 
 
-def test_race(bench):
-    """Racing, after every decode case (it is collected right after them): the cases in the leader's rank group
-    get extra paired rounds (dflash_core.bench.racing), written into their own pytest-benchmark records.
-    Not a benchmark itself: it adds rounds to the cases and leaves no row of its own."""
-    from dflash_core.bench.schedule import run_race
+def test_ranking_rounds(bench):
+    """The ranking rounds, after every decode case (collected right after them): every exact speculative case at
+    the ranking width gets `--bench-rank-rounds` ratios against plain dflash in all (dflash_core.bench.schedule.
+    run_ranking), a number fixed before the run, written into its own pytest-benchmark record. Not a benchmark
+    itself: it adds rounds to the cases and leaves no row of its own."""
+    from dflash_core.bench.schedule import run_ranking
 
-    rec = run_race(bench)
-    assert all(c["rounds"] <= rec["cap_rounds"] for c in rec["cases"].values()), rec
+    rec = run_ranking(bench)
+    assert all(c["rounds"] >= bench.cfg.rank_rounds for c in rec["cases"].values()), rec
 
 
 def test_reference(benchmark, bench, reference):

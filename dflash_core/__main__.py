@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -280,7 +281,6 @@ def cmd_bench(a) -> int:
     options table, so only what was given on this command line is forwarded as an option (forwarding this
     parser's defaults would override the environment).
     """
-    import os
     import subprocess
     import time
 
@@ -349,6 +349,12 @@ def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
                             f"exceed the drafter's block size B={block}: give widths in 1..{block}")
 
 
+def _export_mini_seed(a) -> None:
+    """--mini-seed reaches every mini_target_dir and the child pytest of `bench` as DFLASH_MINI_SEED."""
+    if getattr(a, "mini_seed", None) is not None:
+        os.environ["DFLASH_MINI_SEED"] = str(a.mini_seed)
+
+
 def _dispatch(a) -> int:
     if a.cmd == "methods":
         return cmd_methods(a.markdown)
@@ -370,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     exit status 1 would read as a failed exactness gate).
     """
     a = build_parser().parse_args(argv)
+    _export_mini_seed(a)
     return guarded(_dispatch, a)
 
 

@@ -21,9 +21,10 @@ def main(path: str) -> None:
           f"{st.get('rounds')} paired rounds, {st.get('threads')} threads, widths {st.get('widths')}; "
           f"all exact: {d['exactness']['all_exact']}\n")
     noise = d.get("noise") or {}
-    print(f"A/A spread {f(noise.get('spread'), 3)} (threshold {noise.get('threshold')}, noisy: {noise.get('noisy')}); "
+    print(f"noise figure {f(noise.get('sigma', noise.get('spread')), 3)} (threshold {noise.get('threshold')}, "
+          f"noisy: {noise.get('noisy')}); "
           f"leader {(d.get('leader') or {}).get('method')}, winner {(d.get('winner') or {}).get('method')}\n")
-    print("| # | method | width (choice) | paired speedup, median [95 % CI] | group | cost-model | measured/model | "
+    print("| # | method | width (choice) | paired speedup, median [interval] | group | cost-model | measured/model | "
           "tok/target call | accept verified / drafted | rounds vs normal / vs dflash (race) | "
           "activity: rounds / positions differ, net |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

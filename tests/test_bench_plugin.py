@@ -121,20 +121,24 @@ def test_report_validates_against_schema(smoke_run):
     assert {"generate", "prompt_lookup", "assisted", "oracle-w1", "oracle-w2"} <= set(doc["references"])
     assert doc["provenance"]["versions"]["transformers"] == "5.24.0"
     assert not list(smoke_run["reports"].glob("*.part")), "writes must be atomic"
-    # the A/A gate ran at the session's start and end (--smoke: 1 round each) and its threshold is the option's
-    assert len(doc["noise"]["rounds"]) == 2 and doc["noise"]["threshold"] == 0.05
+    # the noise figure comes from the ranking rounds (--smoke: 4 per case), its threshold is the option's
+    assert doc["noise"]["sigma"] is not None and doc["noise"]["threshold"] == 0.03 and doc["noise"]["aa"]["rounds"] == 4
     assert all(m["best"]["speedup_ci"][0] <= m["best"]["speedup"] <= m["best"]["speedup_ci"][1]
                for m in doc["methods"].values())
+    assert doc["headline"].startswith("On ") and doc["ranking"]["rule"] == "mcb" and doc["limitations"] == []
 
 
-def test_every_case_carries_its_activity_and_race_record(smoke_run):
-    """Mechanism activity (docs/design.md §9) and racing reach benchmark.json through the saved run (§7)."""
+def test_every_case_carries_its_activity_and_ranking_record(smoke_run):
+    """Mechanism activity (docs/design.md §9) and the fixed ranking rounds reach benchmark.json through the saved
+    run (§7); the ranking width was chosen on calibration prompts and every round's leg order is saved."""
     from dflash_core.methods import METHODS, speculative_ids
 
     saved = json.loads(smoke_run["out"].read_text())
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
-    lead = doc["race"]["width"]
-    assert lead in WIDTHS and doc["race"]["statistic"] == "vs_baseline" == doc["ranking"]["statistic"]
+    lead = doc["ranking_rounds"]["width"]
+    assert lead in WIDTHS and doc["ranking"]["width"] == lead == doc["settings"]["ranking_width"]
+    assert doc["ranking"]["width_chosen"] == "calibration" and doc["ranking"]["statistic"] == "vs_baseline"
+    assert doc["race"] is None and "dflash" in doc["position_effect"]["rows"] and doc["position_effect"]["randomised"]
     for b in saved["benchmarks"]:
         if b["name"].startswith("test_decode[") and "[normal-" not in b["name"]:
             ex = b["extra_info"]
@@ -142,12 +146,15 @@ def test_every_case_carries_its_activity_and_race_record(smoke_run):
             # every timed round is in pytest-benchmark's stats; only the rounds with a normal leg are speedups
             assert len(ex["vs_baseline_rounds"]) == ex["compared_rounds"] == b["stats"]["rounds"]
             assert ex["rounds"] == len(ex["speedup_rounds"]) == 1  # --smoke: 1 base round
-            assert ("race" in ex) == (ex["width"] == lead), b["name"]  # only the leading width races
-            if "race" in ex:  # topped up to 4 x 1 comparison rounds, then raced to at most the cap (8)
-                assert ex["race"]["rounds"] == ex["compared_rounds"] >= 4 and ex["race"]["top_up_rounds"] == 3
+            assert ("ranking" in ex) == (ex["width"] == lead), b["name"]  # only the ranking width's cases
+            assert len(ex["leg_orders"]) == ex["compared_rounds"] and ex["leg_orders"][0] == "nbm"
+            if "ranking" in ex:  # --smoke: 1 base round, then 3 ranking rounds to the fixed 4
+                assert ex["ranking"] == {"rounds": 4, "top_up_rounds": 3} == {
+                    "rounds": ex["compared_rounds"], "top_up_rounds": 3}
+                assert set(ex["leg_orders"][1:]) <= {"bm", "mb"}
             else:
                 assert ex["compared_rounds"] == ex["rounds"]
-    assert doc["race"]["cap_rounds"] == 8 and set(doc["race"]["cases"]) == {
+    assert doc["ranking_rounds"]["rounds"] == 4 and set(doc["ranking_rounds"]["cases"]) == {
         f"{m}-w{lead}" for m in speculative_ids()}
     assert doc["methods"]["normal"]["activity"]["status"] == "no draft"
     for mid in speculative_ids():
@@ -164,20 +171,24 @@ def test_every_case_carries_its_activity_and_race_record(smoke_run):
 
 
 def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_run):
-    """Schema 4: model speedup, measured/model and the overhead flag on every row and every shown width; each
-    calibrated method chose once per benchmarked width, by the cost-model objective the page names."""
+    """Model speedup (schema 7: priced by the report on every case's own loop timings), measured/model and the
+    overhead flag on every row and every shown width; each calibrated method chose once per benchmarked width, by
+    the cost-model objective the page names."""
     from dflash_core.bench.costmodel import OBJECTIVE
 
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
-    assert doc["schema_version"] == 6
+    assert doc["schema_version"] == 7
     for mid, m in doc["methods"].items():
         for w, r in m["rows"].items():
             assert r["model_speedup"] > 0 and r["measured_over_model"] == r["speedup"] / r["model_speedup"], (mid, w)
             assert isinstance(r["unexplained_overhead"], bool)
-            assert len(r["component_costs"]["t_verify"]) == doc["settings"]["block_size"] + 1
+            assert r["loop_costs"]["wall"] > 0 and (mid == "normal") == ("step" in r["loop_costs"])
         assert m["best"]["model_speedup"] == m["rows"][str(m["best"]["width"])]["model_speedup"]
     assert doc["methods"]["normal"]["rows"]["0"]["model_speedup"] == 1.0
-    assert doc["cost_model"]["objective"] == OBJECTIVE and doc["cost_model"]["target_costs"]["t_decode"] > 0
+    assert doc["cost_model"]["objective"] == OBJECTIVE and doc["cost_model"]["fit"]["t_decode"] > 0
+    assert doc["cost_model"]["source"] == "loop" and doc["verify_cost"]["source"].startswith("loop")
+    fit = doc["cost_model"]["fit"]["t_verify"]
+    assert len(fit) == doc["settings"]["block_size"] + 1 and all(a <= b for a, b in zip(fit, fit[1:]))
     for mid in ("act", "dspark_lite", "boltzmann_v10", "gated_mobs_v11", "minop_v13"):
         rec = doc["calibration"][mid]
         assert rec["objective"] == OBJECTIVE and set(rec["widths"]) == {str(w) for w in WIDTHS}, mid

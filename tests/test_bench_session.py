@@ -65,19 +65,23 @@ def test_a_trimming_case_reports_drafted_acceptance_and_its_activity(session):
     assert act["gained"] == 0 and act["net"] == -act["lost"] and act["accepted"] == info["accepted"]
 
 
-def test_a_race_round_extends_the_case_and_its_record(session):
+def test_a_base_round_extends_the_case_and_its_record(session):
+    """base_round: normal, dflash and the method in a seeded order; the first rounds (pedantic's) ran in the fixed
+    order normal, dflash, method, and each round's order is saved beside its ratios."""
     from dflash_core.bench.cases import measure_pair
-    from dflash_core.bench.schedule import race_round
+    from dflash_core.bench.schedule import base_round, leg_order
 
     info = measure_pair(session, "dflash", 2, rounds=2)
+    assert info["leg_orders"] == ["nbm", "nbm"]
     got = []
     case = session.case_rounds["dflash-w2"]
     case.sink = lambda seconds, new: got.append((seconds, dict(new)))
-    ratio = race_round(session, "dflash-w2")
+    ratio = base_round(session, "dflash-w2")
     seconds, new = got[-1]
     assert new["rounds"] == 3 and len(new["speedup_rounds"]) == 3
     assert new["speedup_rounds"][:2] == info["speedup_rounds"]
     assert new["speedup_rounds"][2] == ratio and seconds > 0
+    assert new["leg_orders"] == ["nbm", "nbm", leg_order(session.cfg.seed, "dflash-w2", 2, "nbm")]
     assert new["activity"] == info["activity"] and new["accepted"] == info["accepted"]  # counts: the first round
 
 
@@ -86,7 +90,7 @@ def test_a_compare_round_adds_a_ratio_against_dflash_and_no_speedup_round(sessio
     greedy keeps its normal-paired rounds, the ratio against dflash gains one, and a round with a normal leg
     after it is refused (it would pair normal with the wrong method wall)."""
     from dflash_core.bench.cases import measure_pair
-    from dflash_core.bench.schedule import compare_round, race_round
+    from dflash_core.bench.schedule import base_round, compare_round
 
     info = measure_pair(session, "dflash", 2, rounds=2)
     got = []
@@ -99,7 +103,7 @@ def test_a_compare_round_adds_a_ratio_against_dflash_and_no_speedup_round(sessio
     assert new["vs_baseline_rounds"][2] == ratio and seconds > 0
     assert len(case.normal_walls) == 2 and len(case.walls) == len(case.baseline_walls) == 3
     with pytest.raises(RuntimeError, match="misalign"):
-        race_round(session, "dflash-w2")
+        base_round(session, "dflash-w2")
     measure_pair(session, "normal", 0, rounds=1)
     with pytest.raises(ValueError, match="speculative"):
         compare_round(session, "normal-w0")
@@ -115,10 +119,9 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
     assert session.cases == {"normal": [0], "dflash": [1, 2]}
     lab = json.loads(json.dumps(session.lab_section(), allow_nan=False))
     assert set(lab) == {"settings", "target", "provenance", "calibration", "tuned_widths", "traces", "token_text",
-                        "trace_prompt", "methods", "noise", "race", "cost_model"}
+                        "trace_prompt", "methods", "noise", "ranking_rounds", "cost_model"}
     assert lab["trace_prompt"] == session.prompts[0]  # the prompt the traces continue (the explorer shows it)
-    tc = lab["cost_model"]["target_costs"]
-    assert len(tc["t_verify"]) == session.block_size + 1 and tc["t_decode"] > 0 and tc["t_prefill"] > 0
+    assert lab["cost_model"]["source"] == "loop" and lab["noise"] == {"threshold": 0.03, "figure": "robust"}
     assert lab["settings"]["widths"] == [0, 1, 2] and lab["settings"]["block_size"] == session.block_size
     assert lab["settings"]["tokens"] == TOKENS and lab["target"]["dtype"] == "float64"
     assert set(lab["traces"]) == {"normal-w0", "dflash-w1", "dflash-w2"} and lab["traces"]["normal-w0"] == []
@@ -126,6 +129,26 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
     assert first and all(len(r["draft"]) <= 2 and 0 <= r["accepted"] <= len(r["draft"]) for r in first)
     assert lab["token_text"] == {}, "the tiny target has no tokenizer"
     assert len(lab["methods"]) == len(METHODS) and lab["methods"]["dflash"]["index"] == 1
+
+
+def test_cases_save_their_loop_timings_for_the_cost_model(session):
+    """Every case's extra_info carries the timings of its own decode loop (costmodel.loop_block): greedy's step and
+    prefill; for a speculative case its verify seconds per k and its round schedule, whose verify calls are the
+    case's target calls less the prefills. The report fits the verify curve on them and prices each row."""
+    from dflash_core.bench.cases import measure_pair
+    from dflash_core.bench.costmodel import fit_verify_curve, row_model
+
+    normal = measure_pair(session, "normal", 0, rounds=2)["loop_costs"]
+    info = measure_pair(session, "dflash", 2, rounds=2)
+    block = info["loop_costs"]
+    assert normal["step"] > 0 and normal["prefill"] > 0 and normal["prompts"] == len(PROMPTS)
+    assert sum(block["schedule"]["calls"]) == info["target_calls"] - len(PROMPTS)
+    assert max(block["schedule"]["k"]) <= 2 and sum(block["verify"]["calls"]) == 2 * sum(block["schedule"]["calls"])
+    assert 0 < block["prefill"] < block["target"] < block["wall"]
+    curve = fit_verify_curve(blocks=[block], block_size=session.block_size)
+    assert len(curve) == session.block_size + 1 and all(a <= b for a, b in zip(curve, curve[1:]))
+    model = row_model(block, normal, curve)
+    assert model["model_speedup"] > 0 and set(model["components"]) == {"verify", "overhead", "greedy_overhead"}
 
 
 def test_token_text_covers_every_traced_id():
@@ -177,28 +200,6 @@ def test_open_session_restores_the_thread_count(monkeypatch):
         assert torch.get_num_threads() == before, "open_session leaked its thread count"
     finally:
         torch.set_num_threads(before)
-
-
-def test_every_case_carries_its_cost_model_speedup(session, tiny_prepared):
-    """model_speedup is the model of the case's own rounds (every prompt) priced with the costs it reports."""
-    from dflash_core.bench.cases import measure_pair
-    from dflash_core.bench.costmodel import ComponentCosts, model_speedup
-    from dflash_core.methods.runner import run_method
-
-    info = measure_pair(session, "dflash", 2, rounds=1)
-    rounds = []
-    for p in PROMPTS:
-        tr: list = []
-        run_method("dflash", tiny_prepared.rt, tiny_prepared.prepared, p, TOKENS, 2, trace=tr)
-        rounds.append(tr)
-    cc = info["component_costs"]
-    costs = ComponentCosts(**{**cc, "t_verify": tuple(cc["t_verify"])})
-    assert len(cc["t_verify"]) == session.block_size + 1 and cc["t_draft"] > 0, "the drafter was timed"
-    assert info["model_speedup"] == model_speedup(rounds, costs) > 0
-    assert info["measured_over_model"] == info["speedup"] / info["model_speedup"]
-    normal = measure_pair(session, "normal", 0, rounds=1)
-    assert normal["model_speedup"] == 1.0 and normal["measured_over_model"] == normal["speedup"]
-    assert normal["component_costs"]["t_draft"] == 0.0
 
 
 def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_prepared, monkeypatch):

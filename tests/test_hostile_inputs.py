@@ -91,7 +91,7 @@ def recorders(monkeypatch, tmp_path):
 # --- group 7: bench validates before work ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("var,value", [("DFLASH_TOKENS", "abc"), ("DFLASH_REPEATS", "0"), ("DFLASH_WIDTHS", "a,b"),
-                                       ("DFLASH_NOISE_THRESHOLD", "nan"), ("DFLASH_RACE_MAX", "-1")])
+                                       ("DFLASH_NOISE_THRESHOLD", "nan")])
 def test_bench_refuses_a_bad_knob_before_prepare(clean_env, recorders, monkeypatch, capsys, var, value):
     monkeypatch.setenv(var, value)
     assert cli.main(["bench", "--smoke"]) == 2

@@ -233,29 +233,23 @@ def test_report_input_that_is_a_fifo_does_not_hang(tmp_path, capsys):
 
 # --- the bootstrap's memory (group 5) ---------------------------------------------------------------------------
 
-def test_bootstrap_memory_does_not_grow_with_resamples_times_rounds():
-    """400 resamples x 50k rounds held at once are 320 MB of temporaries; chunked they stay under ~70 MB."""
+def test_the_selections_memory_does_not_grow_with_rounds():
+    """Resampling 400 x 50k rounds of three cases at once is ~480 MB of temporaries; the selection draws each
+    bootstrap median from one beta variate (bench/selection.boot_medians), so its peak stays far below that."""
     import tracemalloc
 
     import numpy as np
 
-    from dflash_core.bench.stats import bootstrap_ci
+    from dflash_core.bench.selection import select_best
 
-    xs = np.random.default_rng(0).random(50_000).tolist()
+    rng = np.random.default_rng(0)
+    cases = {m: (shift + 0.01 * rng.standard_normal(50_000)).tolist() for m, shift in
+             (("a", 0.0), ("b", 0.05), ("c", 0.1))}
     tracemalloc.start()
     try:
-        lo, hi = bootstrap_ci(xs, resamples=400)
+        out = select_best(cases, resamples=400)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert lo < 0.5 < hi
+    assert out["winner"] == "c" and out["rounds"]["a"] == 50_000
     assert peak < 100 * 2 ** 20, f"peak {peak / 2 ** 20:.0f} MiB"
-
-
-def test_bootstrap_chunking_gives_the_one_shot_interval(monkeypatch):
-    import dflash_core.bench.stats as stats
-
-    xs = [1.0, 1.2, 0.9, 1.4, 1.1, 1.3, 0.95]
-    whole = stats.bootstrap_ci(xs)
-    monkeypatch.setattr(stats, "BOOTSTRAP_CHUNK_ELEMENTS", 50)
-    assert stats.bootstrap_ci(xs) == whole

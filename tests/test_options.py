@@ -87,7 +87,7 @@ def test_bench_config_reads_every_knob_from_the_environment(monkeypatch):
               "DFLASH_KERNELS": "eager", "DFLASH_THREADS": "3", "DFLASH_TOKENS": "7", "DFLASH_REPEATS": "5",
               "DFLASH_PROMPT_LIMIT": "2", "DFLASH_CALIBRATION_TOKENS": "9", "DFLASH_CALIBRATION_PROMPT_LIMIT": "1",
               "DFLASH_BENCH_SEED": "4", "DFLASH_NOISE_THRESHOLD": "0.1", "DFLASH_RESOLUTION": "0.02",
-              "DFLASH_RACE_MAX": "2",
+              "DFLASH_RANK_ROUNDS": "6",
               "DFLASH_DRAFTER": "/some/drafter"}
     for var, value in values.items():
         monkeypatch.setenv(var, value)
@@ -198,7 +198,8 @@ def test_name_lists_come_from_the_table():
     from dflash_core import __main__ as cli
     from dflash_core.options import for_command, pytest_options
 
-    assert set(cli.RUN_OPTIONS) == {"target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter"}
+    assert set(cli.RUN_OPTIONS) == {"target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter",
+                                    "mini_seed"}
     assert set(for_command("import")) == {"home"} and set(cli.BENCH_FORWARDED) == {
         "target", "device", "dtype", "kernels", "drafter"}
     assert set(pytest_options("root")) == {"target", "device", "dtype", "kernels"}

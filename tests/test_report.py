@@ -26,7 +26,9 @@ def test_build_report_schema_and_winner():
     doc = build_report([_saved([_bench("normal", 0), _bench("dflash", 1, speedup=1.4),
                                 _bench("dflash", 2, speedup=1.8)])], ["run1"])
     assert doc["schema_version"] == SCHEMA_VERSION and doc["device"] == "cpu"
-    assert doc["winner"]["method"] == "dflash" and doc["winner"]["width"] == 2
+    # one speculative method has nothing to be compared with: it leads G1, and no winner is named
+    assert doc["leader"]["method"] == "dflash" and doc["leader"]["width"] == 2 and doc["winner"] is None
+    assert doc["rank_groups"] == [["dflash"]] and doc["headline"].startswith("On mini (model ")
     assert doc["methods"]["dflash"]["label"] == "DFlash"
     assert doc["exactness"]["all_exact"] is True
     assert doc["runs"][0]["source"] == "run1" and doc["runs"][0]["commit"] == "abc"
@@ -81,7 +83,7 @@ def test_cli_rebuilds_report_atomically(tmp_path, capsys):
     assert rc == 0
     out = tmp_path / "reports" / "cpu"
     doc = json.loads((out / "benchmark.json").read_text())
-    assert doc["winner"]["method"] == "dflash"
+    assert doc["leader"]["method"] == "dflash"
     html = (out / "index.html").read_text()
     assert 'id=payload' in html and "</script>" in html and "Mechanism explorer" in html
     assert not list(out.glob("*.part"))
@@ -107,8 +109,10 @@ def test_goals_are_computed_into_benchmark_json_and_rendered_from_it():
                                                "device": "cpu"}})
     doc = build_report([saved], ["r"])
     g = {x["id"]: x for x in doc["goals"]}
-    assert g["speedup"]["ok"] and g["verify_cost"]["ok"]
-    assert abs(g["bound"]["figure"] - 2.6 / (5 / 1.25)) < 1e-9 and not g["bound"]["ok"]
+    assert g["verify_cost"]["ok"] and g["verify_cost"]["basis"].startswith("point estimate")
+    # one round of 2.6x cannot give a 95 % lower limit: the speedup goal is undetermined, never met on a point
+    assert g["speedup"]["ok"] is None and g["speedup"]["figure"] is None and g["speedup"]["point"] == 2.6
+    assert "undetermined" in g["speedup"]["note"] and g["bound"]["ok"] is None
     doc["goals"][0]["goal"] = "goal text taken from the document"
     page = render_report(doc)
     assert 'id=goals-table' in page and "goal text taken from the document" in page
@@ -191,7 +195,7 @@ def test_cli_takes_run_ids_from_the_default_storage_layout(tmp_path, monkeypatch
                                                                              _bench("dflash", 2, speedup=1.5)])))
     monkeypatch.chdir(tmp_path)
     assert report_main(["0001", "--out", "reports"]) == 0
-    assert json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())["winner"]["method"] == "dflash"
+    assert json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())["leader"]["method"] == "dflash"
     assert report_main(["0009"]) == 2
 
 
@@ -327,7 +331,8 @@ def test_report_page_says_what_it_draws_and_where_it_came_from():
     assert "cached greedy" in page and "generate()" in page and "0.930× normal" in page
     chart = page.split("<svg", 1)[1].split("</svg>", 1)[0]
     lo, hi = best["speedup_ci"]
-    assert lo < 1.5 < hi and f"95 % CI {lo:.3f}–{hi:.3f} G1" in chart  # the whisker is the CI, the label the group
+    assert lo < 1.5 < hi and f"interval {lo:.3f}–{hi:.3f} G1" in chart  # the whisker is the interval, the label G
+    assert best["speedup_ci_label"].startswith("min-max of 3 rounds (covers the median with 75.0 %)")
 
 
 def test_width_chosen_on_calibration_is_not_post_hoc():
@@ -391,7 +396,8 @@ def test_inactive_methods_are_labelled_in_the_table_and_the_chart():
     mobs_row = next(r for r in table.split("<tr") if "mobs</td>" in r and "parareal" not in r)
     assert "inactive" not in mobs_row and "30.0 %" in mobs_row and "-1" in mobs_row
     act_row = next(r for r in table.split("<tr") if " act</td>" in r)
-    assert "25.0%" in act_row and "50.0%" in act_row and "9 <span class=muted>(cap)" in act_row
+    assert "25.0%" in act_row and "50.0%" in act_row and "9 <span class=muted>(raced: cap)" in act_row
+    assert "<td class=\"more dtau\">0.00</td>" in act_row  # tau - dflash tau at the same width, beside the per-context counts
     chart = page.split('id=speedup-chart', 1)[1].split("</svg>", 1)[0]
     import re
 
@@ -407,19 +413,19 @@ def test_rounds_cell_shows_rounds_against_normal_and_against_dflash():
     page = render_report(build_report([saved], ["run"]))
     table = page.split("id=methods-table", 1)[1].split("</table>", 1)[0]
     act_row = next(r for r in table.split("<tr") if " act</td>" in r)
-    assert "3 / 9 <span class=muted>(cap)" in act_row
+    assert "3 / 9 <span class=muted>(raced: cap)" in act_row
     mobs_row = next(r for r in table.split("<tr") if "mobs</td>" in r and "parareal" not in r)
     assert " / " not in mobs_row.split("class=\"more rounds\">", 1)[1].split("</td>", 1)[0]  # no comparison-only rounds
 
 
-def test_race_line_reports_the_top_up():
-    from dflash_core.report.plugin import race_line
+def test_ranking_line_says_what_the_ranking_rounds_did():
+    from dflash_core.report.plugin import ranking_line
 
-    rec = {"cases": {"a-w2": {"rounds": 9, "extra_rounds": 3, "stop": "cap"}}, "leader": "a-w2", "cap_rounds": 9,
-           "spent_seconds": 4.0, "unresolved": [], "top_up": {"rounds": 6, "passes": 3, "seconds": 12.0}}
-    line = race_line(rec)
-    assert line.startswith("dflash race: every case topped up to 6 rounds against dflash in 12 s; 1 of 1 cases raced")
-    assert "+3 paired rounds" in line and "topped up" not in race_line({**rec, "top_up": None})
+    rec = {"width": 15, "rounds": 16, "seconds": 190.0, "cases": {"a-w15": {"rounds": 16, "top_up_rounds": 13},
+                                                                  "b-w15": {"rounds": 16, "top_up_rounds": 13}}}
+    line = ranking_line(rec)
+    assert line.startswith("dflash ranking: 2 cases at width 15 (chosen on calibration prompts), 16 rounds against")
+    assert "+26 rounds in 190 s" in line and ranking_line(None) is None
 
 
 @pytest.mark.parametrize("field, value", [
@@ -502,7 +508,7 @@ def test_ranking_table_shows_eight_short_columns_by_default():
         t = _Table(page)
         shown = [c for c in t.head if "more" not in (c.get("class") or "")]
         assert [c["text"] for c in shown] == DEFAULT_HEADERS
-        assert len(t.head) == 19  # the other eleven are still there, behind the toggle
+        assert len(t.head) == 21  # the other thirteen are still there, behind the toggle
         for c in t.head:
             assert len(c["text"].split()) <= 2 and len(c.get("title") or "") > 20, c  # short header, full tooltip
         assert len(t.rows) == len(doc["methods"])
@@ -514,26 +520,33 @@ def test_ranking_table_shows_eight_short_columns_by_default():
         assert ".cols>input:not(:checked)~table .more{display:none}" in page
 
 
-def test_pages_name_no_best_and_keep_the_headline_slot_first(monkeypatch):
-    """A resolved single winner on a noisy machine: no "best" label either way; the top of both pages is the
-    headline's slot, above the noise banner."""
+def test_pages_name_no_best_and_open_with_the_headline(monkeypatch):
+    """A resolved single winner on a quiet run, and no winner on a loaded one: no "best" label either way; the
+    top of both pages is the headline (report/headline.py), above the noise banner when there is one."""
+    import math
     import re
+
+    import numpy as np
 
     from dflash_core.report import html as pages
 
-    from .report_data import known_rounds, with_noise
+    from .test_report_ranking import LOADED, QUIET, TRUTH, _ratios, draw_run, run_of
 
-    saved = with_noise(_saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.9, rounds=known_rounds(1.9, 0.01)),
-                               _bench("mobs", 2, speedup=1.2, rounds=known_rounds(1.2, 0.01))]), [1.2], [0.9])
-    doc = build_report([saved], ["r"])
-    assert doc["winner"]["method"] == "dflash" and doc["noise"]["noisy"]
-    monkeypatch.setattr(pages, "headline_slot", lambda d: "<p id=headline>HEADLINE</p>")
-    for page in (pages.render_report(doc), pages.render_index(doc)):
-        text = re.sub(r"<[^>]+>", " ", page.split("<script", 1)[0])
-        assert not re.search(r"\bbest\s*:", text, re.I), re.findall(r".{60}\bbest\s*:.{60}", text, re.I)
-        assert not re.search(r"best method\s*<b", page), "a KPI naming a best method"
-        main = page.split("<main>", 1)[1].lstrip()
-        assert main.startswith("<p id=headline>HEADLINE</p>") and "id=noise-banner" in main
+    truth = dict(TRUTH)
+    truth["jump_mobs"] = truth["mobs"] + math.log1p(0.10)
+    rng = np.random.default_rng(2)
+    quiet = build_report([run_of(_ratios(draw_run(rng, truth, QUIET, 16)))], ["q"])
+    loud = build_report([run_of(_ratios(draw_run(rng, truth, LOADED, 16)))], ["l"])
+    assert quiet["winner"]["method"] == "jump_mobs" and loud["noise"]["noisy"] and loud["winner"] is None
+    monkeypatch.setattr(pages, "headline_html", lambda d: "<p id=headline>HEADLINE</p>")
+    for doc in (quiet, loud):
+        for page in (pages.render_report(doc), pages.render_index(doc)):
+            text = re.sub(r"<[^>]+>", " ", page.split("<script", 1)[0])
+            assert not re.search(r"\bbest\s*:", text, re.I), re.findall(r".{60}\bbest\s*:.{60}", text, re.I)
+            assert not re.search(r"best method\s*<b", page), "a KPI naming a best method"
+            main = page.split("<main>", 1)[1].lstrip()
+            assert main.startswith("<p id=headline>HEADLINE</p>")
+            assert ("id=noise-banner" in main) == (doc is loud)
 
 
 def test_explorer_shows_the_prompt_before_the_generated_text():
@@ -599,7 +612,7 @@ def test_pages_in_chromium_draw_every_plot_and_eight_columns(chromium, tmp_path)
     assert_plots_drawn(report, doc)
     for page, probe in (("report.html", report), ("index.html", chromium.probe(out / "index.html"))):
         assert probe["tables"]["methods-table"]["visible"] == DEFAULT_HEADERS, page
-        assert probe["tables"]["methods-table"]["all"] == 19
+        assert probe["tables"]["methods-table"]["all"] == 21
 
 
 def test_screenshot_script_cuts_every_figure_out_of_the_report():

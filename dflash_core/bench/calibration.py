@@ -4,6 +4,7 @@ choice. The search itself (decode every setting, price it with the cost model) i
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import TYPE_CHECKING
 
@@ -14,29 +15,34 @@ if TYPE_CHECKING:
     from .session import BenchSession
 
 
-def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = None) -> list[int]:
-    """The default verify widths (`--bench-widths auto`), read off the measured verify-cost curve.
-
-    On calibration prompts (never benchmark ones), plain dflash is decoded at every width 1..B and each width
-    priced by the cost model (`calibrate`: the session's measured t_verify(w) curve, the drafter's timed costs,
-    the deterministic accepted counts), the noise-free objective of issue 14. The widths are the best width and
-    the best of those at most half of it (the scaling a reader wants to see), so the curve of the machine, not a
-    fixed list, decides: on a CPU where verify cost grows with the width they come out small, on a GPU where
-    it is flat up to B they come out large. The table is kept in `width_choice` (benchmark.json settings).
-    `ctx`: the session's `calibration_context` (built here when None)."""
+def dflash_table(sess: BenchSession, widths: list[int], ctx: dict) -> list[dict]:
+    """Plain dflash decoded on the calibration prompts (never benchmark ones) at each of `widths`, each width priced
+    by the cost model (`calibrate`: the session's verify-cost curve, the drafter's timed costs, the deterministic
+    accepted counts): the noise-free objective that chooses widths."""
     from ..methods import get_method
     from .calibrate import calibrate
+
+    info = get_method("dflash")
+    rows = []
+    for w in widths:
+        rec = calibrate(sess.rt, ctx["ids"], sess.cfg.calibration_tokens, [{"width": w}],
+                        lambda s: info.build(sess.rt, sess.prepared), w, repeats=1, costs=sess.calibration_costs,
+                        refs=ctx["refs"])
+        rows.append(rec["table"][0])
+    return rows
+
+
+def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = None) -> list[int]:
+    """The default verify widths (`--bench-widths auto`), read off the cost model over widths 1..B.
+
+    The widths are the best width (`dflash_table`) and the best of those at most half of it (the scaling a reader
+    wants to see), so the curve of the machine, not a fixed list, decides: on a CPU where verify cost grows with
+    the width they come out small, on a GPU where it is flat up to B they come out large. The table is kept in
+    `width_choice` (benchmark.json settings). `ctx`: the session's `calibration_context` (built here when None)."""
     from .costmodel import OBJECTIVE, choose
 
     ctx = ctx or calibration_context(sess, cal_texts)
-    ids, refs = ctx["ids"], ctx["refs"]
-    info = get_method("dflash")
-    rows = []
-    for w in range(1, sess.block_size + 1):
-        rec = calibrate(sess.rt, ids, sess.cfg.calibration_tokens, [{"width": w}],
-                        lambda s: info.build(sess.rt, sess.prepared), w, repeats=1, costs=sess.calibration_costs,
-                        refs=refs)
-        rows.append(rec["table"][0])
+    rows = dflash_table(sess, list(range(1, sess.block_size + 1)), ctx)
     best = rows[choose(rows)]["setting"]["width"]
     low = [r for r in rows if r["setting"]["width"] <= best // 2]
     widths = sorted({best, *([low[choose(low)]["setting"]["width"]] if low else [])})
@@ -45,9 +51,32 @@ def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = Non
         "objective": OBJECTIVE, "method": "dflash", "selected": widths,
         "rule": "the width with the best cost-model speedup, and the best of the widths at most half of it",
         "verify_over_decode": {str(w): float(c.t_verify[w] / c.t_decode) for w in range(1, sess.block_size + 1)},
-        "table": [{"width": r["setting"]["width"], "model_speedup": r["model_speedup"],
-                   "tokens_per_target_call": r["tokens_per_target_call"]} for r in rows]}
+        "table": _table_rows(rows)}
     return widths
+
+
+def _table_rows(rows: list[dict]) -> list[dict]:
+    return [{"width": r["setting"]["width"], "model_speedup": r["model_speedup"],
+             "tokens_per_target_call": r["tokens_per_target_call"]} for r in rows]
+
+
+def ranking_width(sess: BenchSession, widths: list[int], ctx: dict) -> int:
+    """The width the ranking compares methods at, chosen before any benchmark round: among the benchmarked
+    `widths`, plain dflash's best by the cost model on calibration prompts (the `auto_widths` table when it
+    covers them, else a `dflash_table` of just those widths). Why not the width of the highest benchmark
+    median, as before schema 7: a choice made on the data it is reported on (post-hoc), and two widths whose
+    medians tie flipped between runs. Recorded in `width_choice.ranking_width`."""
+    from .costmodel import choose
+
+    table = (sess.width_choice or {}).get("table") or []
+    rows = [r for r in table if r["width"] in widths]
+    if len(rows) != len(set(widths)):
+        rows = _table_rows(dflash_table(sess, sorted(set(widths)), ctx))
+    width = rows[choose(rows)]["width"]
+    sess.width_choice = {**(sess.width_choice or {}), "ranking_width": width, "ranking_table": rows,
+                         "ranking_rule": "among the benchmarked widths, plain dflash's best cost-model speedup on "
+                                         "calibration prompts"}
+    return width
 
 
 def _cal_ids(sess: BenchSession, texts: list[str]) -> list[list[int]]:
@@ -64,18 +93,46 @@ def calibration_widths(sess: BenchSession) -> list[int]:
 
 def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     """What every calibration shares: the calibration prompts' ids, their greedy references and the target's
-    component costs at a calibration context (calibration never times benchmark prompts); the costs are
-    measured once per session. Refuses calibration prompts that share an n-gram with a benchmark prompt."""
+    component costs timed inside the decode loop on them (`loop_target_costs`; calibration never times benchmark
+    prompts); the costs are measured once per session. Refuses calibration prompts that share an n-gram with a
+    benchmark prompt."""
     from ..prepare.data import refuse_benchmark
-    from .costmodel import target_costs
 
     refuse_benchmark(cal_texts, sess.family, "calibration")
     ids = _cal_ids(sess, cal_texts)
     tokens = sess.cfg.calibration_tokens
-    refs = [greedy(sess.rt, p, tokens)[0] for p in ids]
+    greedy_runs = [greedy(sess.rt, p, tokens) for p in ids]
+    refs = [r for r, _ in greedy_runs]
     if sess.calibration_costs is None:
-        sess.calibration_costs = target_costs(sess.rt, ids[0] + refs[0][: max(0, tokens // 2)], sess.block_size)
+        sess.calibration_costs = loop_target_costs(sess, ids, [st for _, st in greedy_runs])
     return {"ids": ids, "refs": refs, "costs": sess.calibration_costs}
+
+
+def loop_target_costs(sess: BenchSession, ids: list[list[int]], greedy_stats: list) -> object:
+    """The target's costs as the decode loop pays them, on calibration prompts: t_decode is greedy's median step
+    (its target seconds after the prefill), t_verify(0..B) the isotonic fit (costmodel.fit_verify_curve) of every
+    verify round's in-loop seconds while plain dflash decodes the prompts at each width 1..B (with its taps, in the
+    loop's session and threads). Why not verifies timed in isolation: without taps and outside the loop they came
+    out 10-30 % off the loop's and not monotone, and auto widths and calibration read off that noise."""
+    from ..methods import get_method
+    from ..runtime.decode import speculative
+    from .costmodel import ComponentCosts, fit_verify_curve, verify_samples
+
+    steps = [(st.target_seconds - st.prefill_seconds) / (st.target_calls - 1) for st in greedy_stats
+             if st.target_calls > 1]
+    build = get_method("dflash").build
+    traces = []
+    for w in range(1, sess.block_size + 1):
+        for p in ids:
+            tr: list = []
+            speculative(sess.rt, build(sess.rt, sess.prepared), list(p), sess.cfg.calibration_tokens, w, trace=tr)
+            traces.append(tr)
+    curve = fit_verify_curve(verify_samples(traces), block_size=sess.block_size)
+    if curve is None:
+        from .costmodel import target_costs
+
+        return target_costs(sess.rt, ids[0], sess.block_size)  # nothing verified (a budget of one token)
+    return ComponentCosts(t_decode=float(statistics.median(steps)) if steps else curve[0], t_verify=tuple(curve))
 
 
 def calibrate_one(sess: BenchSession, method_id: str, texts: list[str], width: int, ctx: dict) -> dict:

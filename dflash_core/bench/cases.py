@@ -1,5 +1,5 @@
 """One benchmark case (a method at a verify width): its paired rounds, exactness verdicts, plain-number
-figures for pytest-benchmark's extra_info, mechanism activity and cost-model fields, and the record racing
+figures for pytest-benchmark's extra_info, mechanism activity and cost-model fields, and the record the schedule
 extends (`CaseRounds`)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..runtime.decode import DecodeStats
 from ..runtime.device import torch_threads
+from .costmodel import loop_block
 from .rounds import BASELINE, PairedRounds, comparison_rounds, decode_all, paired_rounds, verdict_fields, verdicts
-from .session import session_costs
 from .stats import median_iqr
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class CaseRounds:
-    """A measured case's rounds, kept so racing can add paired rounds and recompute its figures."""
+    """A measured case's rounds, kept so the schedule can add rounds and recompute its figures."""
 
     method: str
     width: int
@@ -31,6 +31,8 @@ class CaseRounds:
     info: dict  # the case's extra_info as measured (activity included)
     sink: Any = None  # (timer seconds, updated info) -> None: the case's pytest-benchmark record
     baseline_walls: list[float] = field(default_factory=list)  # plain dflash at this width, each round
+    legs: list[str] = field(default_factory=list)  # each round's leg order: "n" normal, "b" dflash, "m" the method
+    traces: list = field(default_factory=list)  # per round: the method leg's trace of every prompt (timed rounds)
 
     def speedups(self) -> list[float]:
         """Speedups over greedy: the rounds with a normal leg, which are a prefix of `walls` (`compare_round`)."""
@@ -42,7 +44,8 @@ class CaseRounds:
 
 
 def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[list], normal_walls: list[float],
-              method_walls: list[float], kinds: list[str], baseline_walls: list[float] | None = None) -> dict:
+              method_walls: list[float], kinds: list[str], baseline_walls: list[float] | None = None,
+              legs: list[str] | None = None, traces: list | None = None) -> dict:
     """Plain-number metrics for extra_info (no numpy scalars, no NaN): counts from the first timed round
     (every round decodes the same ids), seconds from all rounds."""
     first = DecodeStats.merge(stats_rounds[0])
@@ -54,7 +57,9 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
     vs = comparison_rounds(baseline_walls or [], method_walls)
     compared = {"vs_baseline_rounds": [float(x) for x in vs], "vs_baseline": float(median_iqr(vs)[0]),
                 "baseline": BASELINE, "compared_rounds": len(vs)} if vs else {}
-    return {**compared,
+    order = {"leg_orders": [str(x) for x in legs]} if legs else {}
+    loop = loop_block(stats_rounds, traces or [], greedy_case=method == "normal")
+    return {**compared, **order, "loop_costs": loop,
         "method": method, "device": str(sess.rt.device.type), "dtype": str(sess.rt.dtype).replace("torch.", ""),
         "width": int(width), "prompts": len(sess.prompt_ids), "tokens_per_prompt": sess.cfg.tokens,
         "rounds": figs["rounds"], "new_tokens": int(first.new_tokens),
@@ -80,7 +85,9 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
 
 def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, benchmark=None) -> dict:
     """Time `method` against `normal` in `rounds` paired rounds (see `paired_rounds`); records the case's
-    width and trace on the session, and its rounds for racing (`run_race`).
+    width and trace on the session, and its rounds for the schedule (`schedule.run_passes`, `run_ranking`). The
+    first round runs inside pytest-benchmark's pedantic loop, which runs the other legs in its setup: normal, then
+    dflash, then the method (`paired_rounds`); the later rounds' legs run in a seeded random order.
 
     The untimed warm-up of a speculative method is its activity decode (`activity_decode`): the method with a
     plain dflash shadow, never timed. The case's `activity` block comes from it."""
@@ -106,15 +113,17 @@ def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, bench
         outs, _, trace, per_prompt = pr.results[0]
         kinds = verdicts(sess, outs)
         stats_rounds = [r[1] for r in pr.results]
-        info = summarize(sess, method, width, stats_rounds, pr.normal_walls, pr.walls, kinds, pr.baseline_walls)
-        info.update(cost_model_fields(sess, method, width, per_prompt, info["speedup"]))
+        legs = ["nm" if method == "normal" else "nbm"] * len(pr.walls)
+        traces = [r[3] for r in pr.results]
+        info = summarize(sess, method, width, stats_rounds, pr.normal_walls, pr.walls, kinds, pr.baseline_walls, legs,
+                         traces)
     if act.get("activity") is not None:
         info["activity"] = act["activity"]
     sess.record_case(method, width, trace)
     sess.case_rounds[f"{method}-w{width}"] = CaseRounds(method, width, list(pr.normal_walls), list(pr.walls),
                                                         stats_rounds, kinds, dict(info),
                                                         _benchmark_sink(benchmark) if benchmark is not None else None,
-                                                        list(pr.baseline_walls))
+                                                        list(pr.baseline_walls), legs, traces)
     return info
 
 
@@ -140,7 +149,7 @@ def activity_decode(sess: BenchSession, method: str, width: int) -> dict | None:
 
 
 def _benchmark_sink(benchmark):
-    """Racing's extra rounds into the case's pytest-benchmark record, so the saved JSON the report is built from
+    """The schedule's extra rounds into the case's pytest-benchmark record, so the saved JSON the report is built from
     (docs/design.md §7) holds every round: its timer reading joins `stats` and the recomputed figures replace
     `extra_info`'s. pytest-benchmark's Stats caches its figures on first read, so a fresh Stats is built."""
 
@@ -156,30 +165,3 @@ def _benchmark_sink(benchmark):
         benchmark.extra_info.update(info)
 
     return sink
-
-
-def case_costs(sess: BenchSession, method: str, width: int):
-    """The case's component costs: the session's target costs and, for a speculative method, its proposer's
-    per-call medians from one untimed decode of the first benchmark prompt (costmodel.TimedProposer)."""
-    from ..methods import get_method
-    from ..runtime.decode import speculative
-    from .costmodel import TimedProposer
-
-    costs = session_costs(sess)
-    build = get_method(method).build
-    if build is None:
-        return costs
-    timer = TimedProposer(build(sess.rt, sess.prepared, **sess.options_for(method, width)))
-    speculative(sess.rt, timer, sess.prompt_ids[0], sess.cfg.tokens, width, method=method)
-    return costs.with_proposer(timer.costs())
-
-
-def cost_model_fields(sess: BenchSession, method: str, width: int, per_prompt: list, measured: float) -> dict:
-    """extra_info's cost-model fields: `model_speedup` of the case's own rounds (every prompt; 1 for normal),
-    `measured_over_model` (the median paired speedup over it) and the `component_costs` behind it."""
-    from .costmodel import measured_over_model, model_speedup
-
-    costs = case_costs(sess, method, width)
-    model = model_speedup(per_prompt, costs) if method != "normal" else 1.0
-    return {"model_speedup": float(model), "measured_over_model": float(measured_over_model(measured, model)),
-            "component_costs": costs.to_dict()}

@@ -32,8 +32,8 @@ class BenchConfig:
     threads: int = _default("threads")
     seed: int = _default("seed")
     noise_threshold: float = _default("noise_threshold")
-    resolution: float = _default("resolution")  # rank groups' resolution (report.stats.rank_groups)
-    race_max: int = _default("race_max")  # racing cap, a multiple of `rounds` (dflash_core.bench.racing)
+    resolution: float = _default("resolution")  # the ranking's resolution (bench.selection.effective_resolution)
+    rank_rounds: int = _default("rank_rounds")  # fixed rounds per case at the ranking width (bench.schedule)
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     smoke: bool = False
     tune: bool = False
@@ -47,12 +47,13 @@ class BenchConfig:
         return cls(**kw)
 
     def sized(self) -> "BenchConfig":
-        """--smoke: 1 prompt, 8 tokens, 1 round (and the smallest calibration)."""
+        """--smoke: 1 prompt, 8 tokens, 1 round, 4 ranking rounds (and the smallest calibration)."""
         if not self.smoke:
             return self
         from dataclasses import replace
 
-        return replace(self, tokens=8, prompt_limit=1, rounds=1, calibration_tokens=8, calibration_prompt_limit=1,
+        return replace(self, tokens=8, prompt_limit=1, rounds=1, rank_rounds=min(self.rank_rounds, 4),
+                       calibration_tokens=8, calibration_prompt_limit=1,
                        calibration_repeats=1, calibration_widths=tuple(self.calibration_widths))
 
     def to_dict(self) -> dict:

@@ -1,13 +1,13 @@
 """Paired timing: one leg decodes every benchmark prompt once (`decode_all`), and a round times the candidate
 right after a fresh `normal` leg (and, for a speculative case, plain dflash at the same width), so every ratio
-is paired inside the run. The A/A noise gate is normal paired against normal."""
+is paired inside the run."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..runtime.device import synchronize, torch_threads
+from ..runtime.device import synchronize
 from ..runtime.exactness import classify
 from .stats import median_iqr
 
@@ -108,19 +108,3 @@ def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None, warmup=N
             run_normal()
             run_timed()
     return pr
-
-
-def measure_aa(sess: BenchSession, phase: str) -> list[float]:
-    """The A/A noise gate's rounds: `normal` timed against `normal` with the cases' pairing (`paired_rounds`,
-    `cfg.rounds` rounds). Every ratio would be 1 on a quiet machine; the report turns the start and end
-    rounds into the session's noise figure (report.stats.aa_noise)."""
-
-    def run():
-        _, _, wall = decode_all(sess, "normal", 0)
-        return wall, None
-
-    with torch_threads(sess.cfg.threads):
-        pr = paired_rounds(sess, run, sess.cfg.rounds)
-    ratios = pr.figures(sess.cfg.tokens)["speedup_rounds"]
-    sess.aa_rounds[phase] = ratios
-    return ratios

@@ -1,9 +1,20 @@
-"""When rounds run: the base rounds after each case's first in seeded round-robin passes, the top-up of the
-ranking width's cases, and racing (extra comparison rounds for the leader's rank group). Every added round is
-passed to its case's pytest-benchmark record, so the saved JSON holds every round."""
+"""When rounds run and in which leg order: the base rounds after each case's first in seeded round-robin passes,
+then the ranking rounds of the ranking width's cases, a number fixed before the run. Every added round is passed
+to its case's pytest-benchmark record, so the saved JSON holds every round.
+
+Why a fixed number of ranking rounds: racing (extra rounds until the leader separated) made the stopping time
+depend on the data, and that named a single winner in 17-21 % of simulated runs at a 1.4 % true gap; the
+selection (bench/selection.py) states a guarantee only for a design declared before looking.
+
+Why the legs of a round run in a seeded random order: with greedy, dflash, method always in that order, a
+position effect (the second decode of a pair running faster or slower) reads as a method effect; the rows that
+draft exactly like dflash pooled at 0.954 against it. Randomised per round it averages out of every ratio, and
+the report measures it on those rows (`leg_orders`).
+"""
 
 from __future__ import annotations
 
+import random
 import time
 from typing import TYPE_CHECKING
 
@@ -14,59 +25,72 @@ from .rounds import BASELINE, decode_all
 if TYPE_CHECKING:
     from .session import BenchSession
 
+NORMAL_LEG, BASELINE_LEG, METHOD_LEG = "n", "b", "m"  # a round's leg order, e.g. "bnm" (`CaseRounds.legs`)
+
 
 def _refresh(sess: BenchSession, c: CaseRounds, seconds: float) -> None:
     """Recompute a case's figures after a round was added and pass the round to its pytest-benchmark record."""
     c.info.update(summarize(sess, c.method, c.width, c.stats_rounds, c.normal_walls, c.walls, c.kinds,
-                            c.baseline_walls))
-    if c.info.get("model_speedup"):  # the model is the case's own (deterministic) rounds: only the measured side moved
-        from .costmodel import measured_over_model
-
-        c.info["measured_over_model"] = float(measured_over_model(c.info["speedup"], c.info["model_speedup"]))
+                            c.baseline_walls, c.legs, c.traces))
     if c.sink is not None:
         c.sink(seconds, c.info)
 
 
-def _timed_method(sess: BenchSession, c: CaseRounds) -> float:
-    """The method's leg of a round: appends its wall and stats; returns pytest-benchmark's timer reading."""
-    t0 = time.perf_counter()
-    _, stats, wall = decode_all(sess, c.method, c.width)
-    synchronize(sess.rt.device)
-    seconds = time.perf_counter() - t0  # pytest-benchmark's own timer reading of a round (perf_counter)
-    c.walls.append(wall)
-    c.stats_rounds.append(stats)
+def leg_order(seed: int, key: str, index: int, legs: str) -> str:
+    """The seeded order of a round's legs: the same for a (seed, case, round index), random across them."""
+    order = list(legs)
+    random.Random(f"{seed}:{key}:{index}").shuffle(order)
+    return "".join(order)
+
+
+def _run_round(sess: BenchSession, c: CaseRounds, key: str, legs: str) -> float:
+    """Run one round's legs in their seeded order (`leg_order`); appends every wall and the order; returns the
+    method leg's pytest-benchmark timer reading (perf_counter around it alone)."""
+    order = leg_order(sess.cfg.seed, key, len(c.walls), legs)
+    seconds = 0.0
+    with torch_threads(sess.cfg.threads):
+        for leg in order:
+            if leg == NORMAL_LEG:
+                c.normal_walls.append(decode_all(sess, "normal", 0)[2])
+            elif leg == BASELINE_LEG:
+                c.baseline_walls.append(decode_all(sess, BASELINE, c.width)[2])
+            else:
+                per_prompt: list = []
+                t0 = time.perf_counter()
+                _, stats, wall = decode_all(sess, c.method, c.width, rounds=per_prompt)
+                synchronize(sess.rt.device)
+                seconds = time.perf_counter() - t0
+                c.walls.append(wall)
+                c.stats_rounds.append(stats)
+                c.traces.append(per_prompt)
+    c.legs.append(order)
     return seconds
 
 
-def race_round(sess: BenchSession, key: str) -> float:
-    """One more paired round of case `key` (normal, the dflash leg, then the method, as `paired_rounds` pairs
-    them); returns its speedup and passes the round and the recomputed figures to the case's record."""
+def base_round(sess: BenchSession, key: str) -> float:
+    """One more base round of case `key`: normal, plain dflash at the case's width and the method, in a seeded
+    random order; returns its speedup over greedy and passes the round and the figures to the case's record."""
     c = sess.case_rounds[key]
     if len(c.normal_walls) != len(c.walls):
         raise RuntimeError(f"{key}: a round with a normal leg after comparison-only rounds would misalign the "
                            "speedup pairs; run every base round before compare_round")
-    with torch_threads(sess.cfg.threads):
-        c.normal_walls.append(decode_all(sess, "normal", 0)[2])
-        if c.method != "normal":
-            c.baseline_walls.append(decode_all(sess, BASELINE, c.width)[2])
-        seconds = _timed_method(sess, c)
+    legs = NORMAL_LEG + METHOD_LEG if c.method == "normal" else NORMAL_LEG + BASELINE_LEG + METHOD_LEG
+    seconds = _run_round(sess, c, key, legs)
     _refresh(sess, c, seconds)
     return c.normal_walls[-1] / c.walls[-1] if c.walls[-1] > 0 else 0.0
 
 
 def compare_round(sess: BenchSession, key: str) -> float:
-    """One more round of the ranking statistic for speculative case `key`: plain dflash at the case's width, then
-    the method, seconds apart, and no normal leg; returns the round's ratio against dflash.
+    """One more ranking round of speculative case `key`: plain dflash at the case's width and the method, seconds
+    apart, in a seeded random order, no normal leg; returns the round's ratio against dflash.
 
-    Why no normal leg: the rank groups compare each method with dflash (`comparison_rounds`), and a greedy decode
-    costs ~2.4x a speculative one on the mini target, so leaving it out buys about twice the rounds of the
-    ranking statistic in the same time. The speedup over greedy keeps the base rounds that have a normal leg."""
+    Why no normal leg: the ranking compares each method with dflash (`comparison_rounds`), and a greedy decode costs
+    ~2.4x a speculative one on the mini target, so leaving it out buys about twice the ranking rounds in the same
+    time. The speedup over greedy keeps the base rounds, which have a normal leg."""
     c = sess.case_rounds[key]
     if c.method == "normal":
         raise ValueError("compare_round is for speculative cases: normal has no dflash leg")
-    with torch_threads(sess.cfg.threads):
-        c.baseline_walls.append(decode_all(sess, BASELINE, c.width)[2])
-        seconds = _timed_method(sess, c)
+    seconds = _run_round(sess, c, key, BASELINE_LEG + METHOD_LEG)
     _refresh(sess, c, seconds)
     return c.compared()[-1]
 
@@ -79,9 +103,8 @@ def case_keys(sess: BenchSession, *, with_normal: bool) -> list[str]:
 
 def seeded_passes(pending, seed: int, step) -> int:
     """Round-robin passes: while `pending(passes done)` names cases, run `step(case)` once for each, in an order
-    shuffled per pass by a generator seeded with `seed`. Returns the number of passes."""
-    import random
-
+    shuffled per pass by a generator seeded with `seed`. Returns the number of passes. The one loop that
+    schedules rounds (base rounds and ranking rounds alike)."""
     rng = random.Random(seed)
     done = 0
     while order := list(pending(done)):
@@ -98,46 +121,23 @@ def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
 
     Why not all of a case's rounds back to back: on the shared 2-core box the machine's state drifts over
     minutes (the verify/decode cost ratio moved 10-15 % between runs), while rounds a few seconds apart agree
-    to 1-2 %. Back-to-back rounds gave tight intervals that missed that drift, so two runs disagreed beyond
-    their intervals; spread over the session, every case samples the same drift and its interval shows it.
-    `step(sess, key)` runs one paired round of a case (default `race_round`)."""
-    step = step or race_round
+    to 1-2 %. Spread over the session, every case samples the same drift and its interval shows it.
+    `step(sess, key)` runs one round of a case (default `base_round`)."""
+    step = step or base_round
     keys = case_keys(sess, with_normal=True)
     t0 = time.perf_counter()
     passes = max(0, passes)
     seeded_passes(lambda done: list(keys) if done < passes else [], seed, lambda k: step(sess, k))
-    rec = {"schedule": "round-robin", "passes": passes, "cases": len(keys),
-           "seconds": time.perf_counter() - t0}
+    rec = {"schedule": "round-robin", "passes": passes, "cases": len(keys), "seconds": time.perf_counter() - t0}
     sess.passes = rec
     return rec
 
 
-def leading_width(cases: dict) -> int | None:
-    """The width of the case with the highest median speedup over greedy (`report.stats.leading_width`): where the
-    ranking is decided, since every method is compared there against plain dflash at that width."""
-    import statistics
-
-    from .stats import leading_width as lead
-
-    return lead((statistics.median(c.speedups()), c.width) for c in cases.values() if c.speedups())
-
-# Racing's time budget as a fraction of the base matrix's own time (its first case until the race starts, the
-# round-robin passes included): half keeps the README main command under 20 min on 2 cores with prepare.
-RACE_BUDGET_FRACTION = 0.5
-
-# Before racing, every case at the leading width is topped up to this many x the base rounds of the ranking
-# statistic (comparison-only rounds, round-robin). Why 4 (12 rounds by default): a case "separated" after 3 rounds
-# had a bootstrap interval of about its min-max, and at 6 one outlier round still set an interval's edge, so two
-# quiet runs put methods on either side of a group edge; replaying the three session-6 runs' rounds, groups of
-# 12-round cases agreed between two simulated runs ~75 % of the time against ~25 % at 6 (docs/performance.md §11).
-# A comparison round costs ~1 s on 2 cores, so 15 cases x 6 more rounds is ~90 s of the 20-minute budget.
-RANK_MIN_FACTOR = 4
-
-
 def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=None) -> dict:
     """Comparison-only rounds (`compare_round`) until each of `keys` has `rounds` ratios against dflash, in
-    round-robin passes in a seeded order per pass (`seeded_passes`, as `run_passes`, for the same reason: every
-    case samples the machine's drift). Returns the record: `rounds`, `passes`, `added` per case, `seconds`."""
+    round-robin passes in a seeded order per pass (`seeded_passes`, for the same reason as `run_passes`). The
+    stopping rule looks only at round counts, never at the ratios. Returns `rounds`, `passes`, `added` per case,
+    `seconds`."""
     step = step or compare_round
     t0 = time.perf_counter()
     added = {k: 0 for k in keys}
@@ -150,35 +150,23 @@ def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=Non
     return {"rounds": rounds, "passes": passes, "added": added, "seconds": time.perf_counter() - t0}
 
 
-def run_race(sess: BenchSession, clock=time.perf_counter) -> dict:
-    """Rank the exact speculative cases at the leading width: top every one of them up to RANK_MIN_FACTOR x the
-    base rounds of its ratio against dflash (`top_up`), then race them (`racing.race`, comparison-only rounds):
-    cap `race_max` x `rounds` per case, a time budget of RACE_BUDGET_FRACTION x the base matrix's own time (from
-    the first case until the race starts; the top-up is not charged to it). Each case's extra_info gets its
-    `race` record; the session keeps the whole record."""
-    from .racing import race
-
-    keys = case_keys(sess, with_normal=False)
-    start = sess.matrix_started if sess.matrix_started is not None else clock()
-    budget = RACE_BUDGET_FRACTION * max(0.0, clock() - start)
-    width = leading_width({k: sess.case_rounds[k] for k in keys})
-    # The race is run on what the rank groups compare: each case against plain dflash at the leading width.
-    raced = [k for k in keys if sess.case_rounds[k].width == width and sess.case_rounds[k].compared()]
-    cap = sess.cfg.rounds * sess.cfg.race_max
-    topped = top_up(sess, raced, min(cap, RANK_MIN_FACTOR * sess.cfg.rounds), sess.cfg.seed)
-    rounds = {k: sess.case_rounds[k].compared() for k in raced}
-
-    def step(k: str) -> float:
-        return compare_round(sess, k)
-
-    rec = race(rounds, step, sess.cfg.rounds, sess.cfg.race_max, budget, clock, resolution=sess.cfg.resolution)
-    rec["width"] = width
-    rec["statistic"] = "vs_baseline"
-    rec["top_up"] = {k: v for k, v in topped.items() if k != "added"}
-    for k in raced:
+def run_ranking(sess: BenchSession, step=None) -> dict:
+    """The ranking rounds: every exact speculative case at the ranking width (chosen on calibration prompts before
+    any case ran, `calibration.ranking_width`) gets `--bench-rank-rounds` ratios against plain dflash in all
+    (`top_up`: its base rounds count). Each case's extra_info gets its `ranking` record ({rounds, top_up_rounds});
+    the session keeps the whole record (benchmark.json `ranking_rounds`)."""
+    width = sess.ranking_width
+    keys = [k for k in case_keys(sess, with_normal=False)
+            if sess.case_rounds[k].width == width and sess.case_rounds[k].compared()]
+    rec = top_up(sess, keys, sess.cfg.rank_rounds, sess.cfg.seed, step)
+    out = {"width": width, "statistic": "vs_baseline", "baseline": BASELINE, "rounds": rec["rounds"],
+           "passes": rec["passes"], "seconds": rec["seconds"], "leg_order": "seeded random per round",
+           "cases": {k: {"rounds": len(sess.case_rounds[k].compared()), "top_up_rounds": rec["added"][k]}
+                     for k in keys}}
+    for k in keys:
         c = sess.case_rounds[k]
-        c.info["race"] = {**rec["cases"][k], "top_up_rounds": topped["added"][k]}
+        c.info["ranking"] = out["cases"][k]
         if c.sink is not None:
             c.sink(None, c.info)
-    sess.race = rec
-    return rec
+    sess.ranking = out
+    return out

@@ -11,7 +11,7 @@ from typing import Any
 from ..options import env_value
 from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
-from .calibration import auto_widths, calibrate_all, calibration_context
+from .calibration import auto_widths, calibrate_all, calibration_context, calibration_widths, ranking_width
 from .config import BenchConfig
 
 
@@ -30,16 +30,15 @@ class BenchSession:
     tuned_widths: dict = field(default_factory=dict)
     traces: dict = field(default_factory=dict)  # "<method>-w<width>" -> first prompt's verify rounds
     cases: dict = field(default_factory=dict)  # method -> widths measured (normal: [0])
-    aa_rounds: dict = field(default_factory=dict)  # "start"/"end" -> A/A paired speedup rounds (measure_aa)
-    case_rounds: dict = field(default_factory=dict)  # "<method>-w<width>" -> CaseRounds (what racing extends)
-    matrix_started: float | None = None  # perf_counter at the first measured case (racing's time budget)
-    race: dict | None = None  # racing.race's record, once run_race ran
+    case_rounds: dict = field(default_factory=dict)  # "<method>-w<width>" -> CaseRounds (what the schedule extends)
+    matrix_started: float | None = None  # perf_counter at the first measured case
+    ranking_width: int | None = None  # chosen on calibration prompts before any case (calibration.ranking_width)
+    ranking: dict | None = None  # schedule.run_ranking's record, once it ran
     bench_widths: list[int] = field(default_factory=list)  # the widths auto_widths chose (--bench-widths auto)
     width_choice: dict | None = None  # auto_widths' record: its cost-model table per width and the rule
     passes: dict | None = None  # run_passes' record: the base rounds after the first, round-robin over the cases
     width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
-    target_costs: Any = None  # costmodel.ComponentCosts at the benchmark context (session_costs)
-    calibration_costs: Any = None  # the same at a calibration prompt's context (calibrate_all)
+    calibration_costs: Any = None  # costmodel.ComponentCosts timed in the loop on calibration prompts
 
     def options_for(self, method: str, width: int) -> dict:
         """The options calibrated at `width`; at an uncalibrated width those of the nearest calibrated one
@@ -75,12 +74,11 @@ class BenchSession:
 
     def cost_model_section(self) -> dict:
         """The cost model's constants and the target costs it used (costmodel), as plain data."""
-        from .costmodel import OBJECTIVE, QUIET_SPREAD, RATIO_BAND
+        from .costmodel import OBJECTIVE, RATIO_BAND
 
-        return {"objective": OBJECTIVE, "quiet_spread": QUIET_SPREAD, "ratio_band": list(RATIO_BAND),
-                "target_costs": self.target_costs.to_dict() if self.target_costs is not None else None,
-                "calibration_costs": self.calibration_costs.to_dict() if self.calibration_costs is not None
-                else None}
+        return {"objective": OBJECTIVE, "quiet_noise": self.cfg.noise_threshold, "ratio_band": list(RATIO_BAND),
+                "source": "loop", "calibration_costs": self.calibration_costs.to_dict()
+                if self.calibration_costs is not None else None}
 
     def lab_section(self) -> dict:
         """The `dflash` section of the saved benchmark JSON: settings, target, provenance, calibration,
@@ -91,9 +89,11 @@ class BenchSession:
         man = self.prepared.manifest
         return {
             "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size,
-                         "base_rounds_schedule": self.passes, "width_choice": self.width_choice},
+                         "base_rounds_schedule": self.passes, "width_choice": self.width_choice,
+                         "ranking_width": self.ranking_width},
             "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
-                       "kernels": self.rt.kernels, "source": self.rt.source},
+                       "kernels": self.rt.kernels, "source": self.rt.source,
+                       "mini_seed": (getattr(self.rt, "info", None) or {}).get("mini_seed")},
             "provenance": {"versions": versions(), "seeds": man.get("seeds"),
                            "artifacts": {"directory": str(self.prepared.directory), "files": man.get("files"),
                                          "created_utc": man.get("created_utc")},
@@ -106,9 +106,8 @@ class BenchSession:
             "traces": self.traces,
             # the prompt the traces continue (the first benchmark prompt): the explorer shows it before the text
             "trace_prompt": self.prompts[0] if self.prompts else None,
-            "noise": {"start": self.aa_rounds.get("start", []), "end": self.aa_rounds.get("end", []),
-                      "threshold": self.cfg.noise_threshold},
-            "race": self.race,
+            "noise": {"threshold": self.cfg.noise_threshold, "figure": "robust"},
+            "ranking_rounds": self.ranking,
             "cost_model": self.cost_model_section(),
             "token_text": self.token_text(),
             "methods": {mid: {"index": m.index, "label": m.label, "mechanism": m.mechanism,
@@ -149,22 +148,10 @@ def _open(cfg: BenchConfig) -> BenchSession:
         refs.append(r)
         margins.append(st.margins)
     sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
-    session_costs(sess)
     cal_texts = list(ps.calibration[: cfg.calibration_prompt_limit])
     ctx = calibration_context(sess, cal_texts)  # once: auto_widths and every calibrator share it
     if not cfg.calibration_widths:  # --bench-widths auto
         sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
+    sess.ranking_width = ranking_width(sess, calibration_widths(sess), ctx)
     calibrate_all(sess, cal_texts, ctx)
     return sess
-
-
-def session_costs(sess: BenchSession):
-    """The target's component costs at the benchmark context (first prompt plus half its reference, as
-    `verify_cost_curve`), with the mean prefill of the benchmark prompts; measured once per session."""
-    from .costmodel import target_costs
-
-    if sess.target_costs is None:
-        with torch_threads(sess.cfg.threads):
-            ctx = sess.prompt_ids[0] + sess.references[0][: max(0, sess.cfg.tokens // 2)]
-            sess.target_costs = target_costs(sess.rt, ctx, sess.block_size, sess.prompt_ids)
-    return sess.target_costs

@@ -55,8 +55,13 @@ def check_home(home: str | Path | None = None) -> Path:
     return d
 
 
-def mini_target_dir(home: str | Path | None = None) -> Path:
-    return dflash_home(home) / "targets" / "mini"
+def mini_target_dir(home: str | Path | None = None, seed: int | None = None) -> Path:
+    """The mini target's folder: targets/mini for the standard build, targets/mini-seed-N for the one trained with
+    seed N (`seed`, else DFLASH_MINI_SEED), so independent mini targets never share a folder in one home."""
+    from ..options import env_value
+
+    seed = env_value("mini_seed") if seed is None else seed
+    return dflash_home(home) / "targets" / ("mini" if seed is None else f"mini-seed-{int(seed)}")
 
 
 def hash_file_into(h, path: str | Path):

@@ -158,10 +158,13 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
             return
         except ArtifactError as exc:
             log.warning("the mini target is damaged, rebuilding it: %s", exc)
-    from .minitarget import build_mini_target
+    from ..options import env_value
+    from .minitarget import MiniTargetConfig, build_mini_target
 
-    _log(f"building the embedded mini target into {d} (a few minutes on 2 cores)")
-    build_mini_target(d, progress=progress)
+    seed = env_value("mini_seed")
+    cfg = MiniTargetConfig() if seed is None else MiniTargetConfig(seed=int(seed))
+    _log(f"building the embedded mini target (training seed {cfg.seed}) into {d} (a few minutes on 2 cores)")
+    build_mini_target(d, cfg, progress=progress)
 
 
 def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,

@@ -4,18 +4,23 @@
   python -m dflash_core.report gate BASE NEW [--storage .benchmarks] [--speedup-drop 0.10] [--tau-tolerance 0.005]
 
 RUN, BASE and NEW are what `pytest-benchmark compare` accepts: a saved file, a run id (0001) or a glob, searched
-under --storage; several runs of the same model are pooled. BASE and NEW may also be a report's benchmark.json.
+under --storage; several runs of the same model are pooled. Runs of different models are never pooled: each model
+gets its own report under <out>/models/<model hash>/, and <out>/models/index.html (with comparison.json) shows
+them side by side: each model's G1, what holds on all of them, Kendall's tau between their orders.
+BASE and NEW may also be a report's benchmark.json.
 Exit codes: 0 ok, 1 exactness gate failed / regression found, 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ..errors import guarded
 from .build import SCHEMA, SCHEMA_VERSION, ReportInputError, build_report, load_saved, validate_saved
 from .gate import GateConfig, gate, threshold
+from .models import compare_models, group_by_model, render_models
 from .runs import resolve_runs
 from .write import write_report
 
@@ -67,6 +72,24 @@ def _load_doc(arg: str, storage: str) -> dict:
     return build_report([doc], [arg])
 
 
+def _side_by_side(docs: list[dict], sources: list[str], root: str) -> int:
+    """Runs of several models: one report per model and the comparison page (report.models)."""
+    from pathlib import Path
+
+    from ..prepare.artifacts import write_atomic
+
+    reports, cmp = compare_models(docs, sources)
+    base = Path(root) / "models"
+    for doc, m in zip(reports, cmp["models"]):
+        write_report(doc, base / m["model_sha256"][:16])
+    base.mkdir(parents=True, exist_ok=True)
+    write_atomic(base / "comparison.json", (json.dumps(cmp, indent=2, sort_keys=True, allow_nan=False) + "\n").encode())
+    write_atomic(base / "index.html", render_models(cmp).encode("utf-8"))
+    print(base)
+    print(cmp["summary"])
+    return 0 if all(d["exactness"]["all_exact"] for d in reports) else 1
+
+
 def _gate(argv: list[str]) -> int:
     a = _gate_parser().parse_args(argv)
     base, new = _load_doc(a.base, a.storage), _load_doc(a.new, a.storage)
@@ -79,7 +102,11 @@ def _gate(argv: list[str]) -> int:
 
 def _report(argv: list[str]) -> int:
     a = _report_parser().parse_args(argv)
-    doc = _build(a.saved, a.storage)
+    paths = resolve_runs(a.saved, a.storage)
+    docs, sources = [load_saved(p) for p in paths], [str(p) for p in paths]
+    if len(group_by_model(docs, sources)) > 1:
+        return _side_by_side(docs, sources, a.out)
+    doc = build_report(docs, sources)
     out = write_report(doc, a.out)
     print(out)
     return 0 if doc["exactness"]["all_exact"] else 1

@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.costmodel import unexplained_overhead
-from ..bench.stats import aa_noise, bootstrap_ci, leading_width, quartiles, rank_groups
+from ..bench.stats import median_interval, quartiles
 from ..errors import DFlashError
 from ..options import option
+from .costs import apply_cost_model
 from .goals import goals
+from .headline import headline
+from .ranking import build_ranking, truncate_raced
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 6
-# benchmark.json `ranking.rule`: G1 = the leader's group, G2 = the rest, unordered (report.stats.rank_groups)
-GROUP_RULE = "leader-group"
+SCHEMA_VERSION = 7
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
 # else (a path such as "../../x") is refused rather than written outside the output folder.
@@ -36,6 +37,7 @@ ACTIVITY_COUNTS = ("rounds", "rounds_differ", "positions", "positions_differ", "
                    "shadow_accepted")
 ACTIVITY_STATUS = ("baseline", "active", "inactive")
 RACE_STOPS = ("separated", "cap", "budget")
+LEG_ORDER_RE = re.compile(r"^(?=.*m)(?!.*(.).*\1)[nbm]{2,3}$")  # each leg once, the method's among them
 
 
 def _is_activity(v) -> bool:
@@ -107,6 +109,10 @@ _KINDS = {
     "width": (lambda v: _is_int(v) and 0 <= v <= MAX_WIDTH, f"an integer in 0..{MAX_WIDTH}"),
     "activity": (lambda v: _is_activity(v), "an object of integer counts (" + ", ".join(ACTIVITY_COUNTS) + ") and a "
                  "status (" + "/".join(ACTIVITY_STATUS) + ")"),
+    "legs": (lambda v: isinstance(v, list) and all(isinstance(x, str) and LEG_ORDER_RE.match(x) for x in v),
+             "a list of leg orders (each of n, b, m at most once, m included)"),
+    "ranking": (lambda v: isinstance(v, dict) and _is_int(v.get("rounds")) and _is_int(v.get("top_up_rounds")),
+                "an object with rounds and top_up_rounds"),
     "race": (lambda v: isinstance(v, dict) and _is_int(v.get("rounds")) and _is_int(v.get("extra_rounds"))
              and v.get("stop") in RACE_STOPS, "an object with rounds, extra_rounds and stop (" + "/".join(RACE_STOPS)
              + ")"),
@@ -125,6 +131,7 @@ DECODE_OPTIONAL = {
     "model_speedup": "num", "measured_over_model": "num", "component_costs": "obj",  # schema 4: cost model
     "vs_baseline_rounds": "nums", "vs_baseline": "num", "baseline": "id",  # schema 5: against dflash, same width
     "compared_rounds": "int",  # len(vs_baseline_rounds): base rounds plus the ranking's comparison-only rounds
+    "leg_orders": "legs", "ranking": "ranking",  # schema 7: each round's leg order, the fixed ranking rounds
 }
 REFERENCE_FIELDS = {"reference": "str", "tokens_per_second": "num", "speedup": "num", "speedup_iqr": "num",
                     "speedup_rounds": "nums", "exact": "bool", "verdicts": "verdicts"}
@@ -265,39 +272,34 @@ def _pool_rows(rows: list[dict]) -> dict:
         if all("model_speedup" in r for r in rows):  # each run timed its components: their median
             out["model_speedup"] = statistics.median(r["model_speedup"] for r in rows)
             out["measured_over_model"] = med / out["model_speedup"] if out["model_speedup"] > 0 else 0.0
+    if len(rows) > 1 and all(r.get("leg_orders") for r in rows):
+        out["leg_orders"] = [x for r in rows for x in r["leg_orders"]]
     q1, _, q3 = quartiles(sp) if sp else (out["speedup"],) * 3
     out["speedup_q1"], out["speedup_q3"] = q1, q3
-    out["speedup_ci"] = list(bootstrap_ci(sp)) if sp else [out["speedup"]] * 2
+    iv = median_interval(sp) if sp else {"lo": out["speedup"], "hi": out["speedup"], "label": "no rounds",
+                                          "coverage": 0.0}
+    out["speedup_ci"], out["speedup_ci_label"], out["speedup_ci_coverage"] = [iv["lo"], iv["hi"]], iv["label"], \
+        iv["coverage"]
     return out
 
 
-def ranked_cases(methods: dict) -> dict:
-    """What the rank groups compare. Schema 5 runs time plain dflash at the case's width inside every round, so
-    each method is ranked by its rows' ratio against dflash (`vs_baseline_rounds`, within seconds, immune to the
-    machine-state switches that move a speedup over greedy by 10-20 % between minutes) at the leading width (the
-    width of the highest median speedup over greedy), each with a 95 % bootstrap CI of its median. Runs without
-    those rounds (older saved runs) rank by each method's best speedup over greedy and its CI, as schema 4 did."""
-    speculative = {mid: m for mid, m in methods.items() if mid != "normal"}
-    # every row, not each method's shown width: with --tune the shown width is the calibrated one, while the
-    # benchmark raced at the width of the highest speedup of any row
-    width = leading_width((r["speedup"], int(w)) for m in speculative.values() for w, r in m["rows"].items())
-    at = {mid: m["rows"].get(str(width)) for mid, m in speculative.items()}
-    if width is not None and at and all(r is not None and r.get("vs_baseline_rounds") for r in at.values()):
-        cases = {mid: (float(statistics.median(r["vs_baseline_rounds"])), bootstrap_ci(r["vs_baseline_rounds"]))
-                 for mid, r in at.items()}
-        for mid, (med, ci) in cases.items():
-            speculative[mid]["best"]["vs_baseline"] = med
-            speculative[mid]["best"]["vs_baseline_ci"] = list(ci)
-        return {"statistic": "vs_baseline", "width": width, "baseline": "dflash", "cases": cases}
-    return {"statistic": "speedup", "width": None, "baseline": None,
-            "cases": {mid: (m["best"]["speedup"], tuple(m["best"]["speedup_ci"])) for mid, m in speculative.items()}}
+def _setting(lab: dict, key: str, name: str) -> float:
+    """A run setting (a fraction >= 0); saved runs that predate it get today's default (the options table's)."""
+    v = (lab.get("settings") or {}).get(key) if isinstance(lab.get("settings"), dict) else None
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+    return float(v) if ok else option(name).default
 
 
-def _resolution(lab: dict) -> float:
-    """The run's --bench-resolution; saved runs that predate the option get today's default (the options table's)."""
-    v = (lab.get("settings") or {}).get("resolution") if isinstance(lab.get("settings"), dict) else None
-    ok = _is_num(v) and v >= 0
-    return float(v) if ok else option("resolution").default
+def _threshold(lab: dict, limitations: list[str]) -> float:
+    """The noise gate's threshold on the robust figure. Runs before schema 7 saved a threshold for the A/A maximum
+    |ratio - 1|, another statistic, so they are judged by today's default threshold (and say so)."""
+    n = lab.get("noise") if isinstance(lab.get("noise"), dict) else {}
+    v = n.get("threshold")
+    if n.get("figure") == "robust" and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+        return float(v)
+    limitations.append("noise gate: the run saved a threshold for the old A/A statistic; today's default "
+                       f"{option('noise_threshold').default} is applied to the robust figure")
+    return option("noise_threshold").default
 
 
 # --- the canonical document ----------------------------------------------------------------------------
@@ -331,36 +333,21 @@ def _best(m: dict, tuned: dict, mid: str) -> dict:
     extra = {k: r[k] for k in ("activity", "acceptance_rate_drafted", "rounds") if k in r}
     return {**extra, "width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
             "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"], "speedup_ci": r["speedup_ci"],
+            "speedup_ci_label": r["speedup_ci_label"],
             "rank_group": None, "tokens_per_second": r["tokens_per_second"],
             "tokens_per_target_call": r["tokens_per_target_call"], "acceptance_rate": r["acceptance_rate"],
-            **{k: r.get(k) for k in ("model_speedup", "measured_over_model")},
+            **{k: r.get(k) for k in ("model_speedup", "measured_over_model", "model_component")},
             "unexplained_overhead": bool(r.get("unexplained_overhead", False))}
 
 
 def flag_overhead(methods: dict, noise: dict) -> None:
-    """Each row's `unexplained_overhead`: measured/model outside [0.9, 1.1] on a quiet machine (A/A spread
-    < 2 %, costmodel.unexplained_overhead); rows of runs without a cost model are never flagged."""
+    """Each row's `unexplained_overhead`: measured/model outside [0.9, 1.1] on a quiet machine (the run's noise
+    figure below the quiet level, costmodel.unexplained_overhead); rows of runs without a cost model are never
+    flagged."""
     for m in methods.values():
         for r in m["rows"].values():
-            r["unexplained_overhead"] = unexplained_overhead(r.get("measured_over_model"), noise.get("spread"))
-
-
-def _noise(docs: list[dict]) -> dict:
-    """The A/A noise gate over every pooled run's start and end rounds (stats.aa_noise); threshold: the first
-    run's."""
-    rounds, thresholds = [], []
-    for d in docs:
-        n = d["dflash"].get("noise")
-        if not isinstance(n, dict):
-            continue
-        for phase in ("start", "end"):
-            xs = n.get(phase) or []
-            if not (isinstance(xs, list) and all(_is_num(x) and x >= 0 for x in xs)):
-                raise ReportInputError(f"dflash.noise.{phase} must be a list of numbers >= 0 (A/A paired rounds)")
-            rounds += xs
-        if _is_num(n.get("threshold")):
-            thresholds.append(float(n["threshold"]))
-    return aa_noise(rounds, thresholds[0] if thresholds else option("noise_threshold").default)
+            r["unexplained_overhead"] = unexplained_overhead(r.get("measured_over_model"), noise.get("sigma"),
+                                                             noise.get("threshold", 0.03))
 
 
 def method_activity(mid: str, rows: dict, why: Any) -> dict | None:
@@ -394,11 +381,14 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     cases: dict[tuple[str, str], list[dict]] = {}
     refs: dict[str, list[dict]] = {}
     curves: list[dict] = []
+    limitations: list[str] = []
+    dropped = 0
     for doc in docs:
         for b in doc["benchmarks"]:
             ex, kind = b["extra_info"], _kind(b)
             if kind == "test_decode":
                 row = {k: ex[k] for k in ex if k not in ("method", "device")}
+                dropped += truncate_raced(row, doc["dflash"])
                 row["benchmark"] = {"fullname": b["fullname"], "median_seconds": b["stats"]["median"],
                                     "iqr_seconds": b["stats"]["iqr"], "rounds": b["stats"]["rounds"]}
                 cases.setdefault((ex["method"], str(ex["width"])), []).append(row)
@@ -415,8 +405,8 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     methods: dict[str, dict] = {}
     for (mid, w), rows in cases.items():
         methods.setdefault(mid, {"rows": {}})["rows"][w] = _pool_rows(rows)
-    noise = _noise(docs)
-    flag_overhead(methods, noise)
+    lab_settings = lab.get("settings") if isinstance(lab.get("settings"), dict) else {}
+    costs = apply_cost_model(methods, lab_settings, curves, limitations)
     for mid, m in methods.items():
         meta = info.get(mid) if isinstance(info.get(mid), dict) else {}
         m.update({k: meta.get(k) for k in ("index", "label", "mechanism", "complexity", "stages")})
@@ -425,30 +415,33 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         m["best"] = _best(m, tuned, mid)
         m["activity"] = method_activity(mid, m["rows"], meta.get("why_inactive"))
         m["exact"] = all(r["exact"] for r in m["rows"].values())
+    base_rows = (methods.get("dflash") or {}).get("rows") or {}
+    for mid, m in methods.items():  # tau against dflash's own decode at the width shown (activity's other half)
+        if mid != "normal":
+            d = base_rows.get(str(m["best"]["width"]))
+            m["best"]["tau_minus_dflash"] = (m["best"]["tokens_per_target_call"] - d["tokens_per_target_call"]
+                                             if d else None)
     references = {k: _pool_rows(v) for k, v in refs.items()}
-    verify_cost = None
-    if curves:
-        verify_cost = {"ratio": {w: statistics.median(c["ratio"][w] for c in curves if w in c["ratio"])
-                                 for w in curves[0]["ratio"]},
-                       "t_decode_seconds": statistics.median(c["t_decode_seconds"] for c in curves)}
-    ranking = ranked_cases(methods)
-    ranking["resolution"] = _resolution(lab)
-    ranking["rule"] = GROUP_RULE
-    groups = rank_groups(ranking["cases"], ranking["resolution"])
-    for i, group in enumerate(groups, 1):
-        for mid in group:
-            methods[mid]["best"]["rank_group"] = i
-    leader = {"method": groups[0][0], **methods[groups[0][0]]["best"]} if groups else None
-    # A single winner only when the run resolves it: the leader's rank group has no other member.
-    winner = leader if groups and len(groups[0]) == 1 else None
+    settings = dict(lab.get("settings") or {}) if isinstance(lab.get("settings"), dict) else {}
+    if dropped:
+        limitations.append(f"racing: {dropped} ranking rounds added after the declared top-up (optional stopping) "
+                           "were dropped before ranking")
+    if lab.get("race") is not None or not any(r.get("leg_orders") for m in methods.values()
+                                              for r in m["rows"].values()):
+        limitations.append("leg order: every round ran greedy, dflash, then the method (no randomised order); the "
+                           "position effect below is that fixed order's")
+    ranked = build_ranking(methods, settings, docs, _setting(lab, "resolution", "resolution"),
+                           _threshold(lab, limitations), limitations)
+    flag_overhead(methods, ranked["noise"])
+    for m in methods.values():  # the width shown carries its row's overhead flag
+        m["best"]["unexplained_overhead"] = m["rows"][str(m["best"]["width"])]["unexplained_overhead"]
+    groups, rk = ranked["rank_groups"], ranked["ranking"]
+    top = ranked["leader"]
+    leader = {"method": top, **methods[top]["best"]} if top else None
+    # A single winner only when the selection names one (MCB: faster than every other by more than r, quiet run)
+    winner = {"method": rk["winner"], **methods[rk["winner"]]["best"]} if rk["winner"] else None
     failures = [f"{mid}-w{w}" for mid, m in methods.items() for w, r in m["rows"].items() if not r["exact"]]
     failures += [f"reference:{k}" for k, r in references.items() if not r.get("exact", True)]
-    bounds = {}
-    if verify_cost and "normal" in methods:
-        for w, ratio in verify_cost["ratio"].items():
-            if ratio > 0:
-                bounds[w] = (int(w) + 1) / ratio  # (w+1) t_decode / t_verify(w), drafter cost excluded
-    settings = dict(lab.get("settings") or {}) if isinstance(lab.get("settings"), dict) else {}
     settings["widths"] = sorted({int(w) for mid, m in methods.items() if mid != "normal" for w in m["rows"]})
 
     def section(key):
@@ -462,13 +455,16 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "token_text": section("token_text"),
         "trace_prompt": lab.get("trace_prompt") if isinstance(lab.get("trace_prompt"), str) else None,
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
-        "references": references, "verify_cost": verify_cost, "upper_bound_speedup": bounds,
+        "references": references, "verify_cost": costs["verify_cost"],
+        "upper_bound_speedup": costs["upper_bound_speedup"],
         "exactness": {"all_exact": not failures, "failures": failures},
-        "rank_groups": groups,
-        "ranking": {k: ranking[k] for k in ("statistic", "width", "baseline", "resolution", "rule")},
-        "leader": leader, "winner": winner, "noise": noise,
+        "rank_groups": groups, "ranking": rk, "leader": leader, "winner": winner, "noise": ranked["noise"],
+        "position_effect": ranked["position_effect"],
+        "ranking_rounds": lab.get("ranking_rounds") if isinstance(lab.get("ranking_rounds"), dict) else None,
         "race": lab.get("race") if isinstance(lab.get("race"), dict) else None,
-        "cost_model": section("cost_model") or None,
+        "cost_model": ({**section("cost_model"), "fit": costs["cost_fit"]}
+                       if section("cost_model") or costs["cost_fit"] else None), "limitations": limitations,
     }
     doc["goals"] = goals(doc)
+    doc["headline"] = headline(doc)
     return doc

@@ -37,6 +37,7 @@ figcaption{max-width:560px} svg.plot .axis-label{fill:#9fb3c8} svg.plot .panel-t
 svg.plot g.series:hover path{stroke-width:3} svg.plot g.key text{fill:#c8d3de}
 .prompt{font-family:monospace;white-space:pre-wrap;color:#e6e6e6;background:#17202a;border:1px solid #2b3a4a;
 border-radius:6px;padding:6px 10px;margin:6px 3px;max-height:9em;overflow:auto}
+.headline{font-size:16px;margin:14px 0 4px;line-height:1.4}
 """
 
 
@@ -95,12 +96,27 @@ def _pct(x) -> str:
 
 
 def _aa_header(doc: dict) -> str:
-    """The A/A spread for the page header: how far normal-vs-normal rounds strayed from 1 in this run."""
+    """The run's noise figure for the page header (report.ranking), the ranking's own A/A (dflash against dflash)
+    and the position effect of the leg order."""
     n = doc.get("noise") or {}
-    if n.get("spread") is None:
-        return "<span id=aa-spread>A/A spread: not measured (run predates the noise gate)</span>"
-    return (f"<span id=aa-spread>A/A spread (normal vs normal, {_e(len(n.get('rounds') or []))} paired rounds): "
-            f"{_pct(n['spread'])} (threshold {_pct(n.get('threshold'))})</span>")
+    if n.get("sigma") is None:
+        return "<span id=noise-figure>noise figure: not measured (no ranked case has two rounds)</span>"
+    ci = n.get("ci") or [None, None]
+    aa = n.get("aa") or {}
+    aa_text = (f" · A/A dflash vs dflash {_f(aa.get('median'))}× [{_f(aa.get('lo'))}–{_f(aa.get('hi'))}] "
+               f"({_e(aa.get('label'))})" if aa else "")
+    pe = doc.get("position_effect") or {}
+    pe_text = (f" · position effect (first leg / second leg, rows drafting like dflash: {_e(', '.join(pe['rows']))}"
+               f"{'' if pe.get('randomised') else '; fixed order'}) {_f(pe.get('median'))} [{_f(pe.get('lo'))}–"
+               f"{_f(pe.get('hi'))}]" + ("" if pe.get("adjustment") is None else
+                                         f", removed from every ranked round ({_f(pe['adjustment'])} over all cases)")
+               if pe else "")
+    legacy = n.get("legacy_aa") or {}
+    old = (f" · old A/A max |ratio − 1| of {_e(len(legacy.get('rounds') or []))} normal rounds "
+           f"{_pct(legacy.get('spread'))} (not used)" if legacy else "")
+    return (f"<span id=noise-figure>noise figure {_pct(n['sigma'])} [{_pct(ci[0])}–{_pct(ci[1])}] (pooled robust SD "
+            f"of per-round log ratios, {_e(n.get('cases'))} cases; threshold {_pct(n.get('threshold'))})"
+            f"{aa_text}{pe_text}{old}</span>")
 
 
 def _width_choice_note(st: dict) -> str:
@@ -126,51 +142,60 @@ def _vs_cell(b: dict) -> str:
     ci = b.get("vs_baseline_ci")
     if b.get("vs_baseline") is None or not isinstance(ci, list):
         return "–"
-    return f"{_f(b['vs_baseline'])}× [{_f(ci[0])}–{_f(ci[1])}]"
+    return (f"{_f(b['vs_baseline'])}× [{_f(ci[0])}–{_f(ci[1])}] <span class=muted>"
+            f"{_e(b.get('vs_baseline_label') or '')}</span>")
 
 
 def _ranking_note(doc: dict) -> str:
-    """What the rank groups compare (benchmark.json `ranking`)."""
+    """What the ranking compares (benchmark.json `ranking`)."""
     rk = doc.get("ranking") or {}
     if rk.get("statistic") == "vs_baseline":
-        return (f"Ranked at width {_e(rk.get('width'))} (the width of the highest speedup) by each method's speed "
-                f"against plain {_e(rk.get('baseline'))} at that width: every round times normal, then "
-                f"{_e(rk.get('baseline'))}, then the method, within seconds, so a switch of the machine's state between "
-                "minutes (which moves speedups over greedy by 10-20 %) hits both sides of the ratio alike; for "
-                f"{_e(rk.get('baseline'))} itself the ratio is {_e(rk.get('baseline'))} against itself (its A/A).")
+        how = ("chosen on calibration prompts before any round" if rk.get("width_chosen") == "calibration" else
+               "the width of the highest benchmark median: post-hoc, as runs before schema 7 chose it")
+        return (f"Ranked at width {_e(rk.get('width'))} ({_e(how)}) by each method's speed against plain "
+                f"{_e(rk.get('baseline'))} at that width, timed in the same rounds, a number of rounds fixed before "
+                f"the run, the legs of each round in a seeded random order; for {_e(rk.get('baseline'))} itself the "
+                "ratio is dflash against dflash (the ranking's own A/A).")
     return "Ranked by each method's best speedup over greedy (this run has no per-round dflash comparison)."
 
 
 def _group_rule(doc: dict) -> str:
-    """How the rank groups were formed (benchmark.json `ranking.resolution`)."""
-    res = (doc.get("ranking") or {}).get("resolution")
-    return ("G1 is the leader's group: the method with the highest median and every method whose 95 % interval "
-            "overlaps the leader's" + (f" or whose median is less than {_pct(res)} below it (the resolution, "
-                                       "--bench-resolution)" if res else "")
-            + ". G2 holds every other method, each resolved below G1; the run does not order G2's methods against "
-            "each other (their sub-groups did not reproduce between quiet runs), so compare two of them by their "
-            "intervals.")
+    """How the groups were formed and what they guarantee (benchmark.json `ranking`)."""
+    rk = doc.get("ranking") or {}
+    return (f"{rk.get('guarantee') or ''} G1: the methods multiple comparisons with the best (MCB) cannot rule out "
+            f"as the fastest, within the resolution r = {_pct(rk.get('resolution_effective'))} (the larger of "
+            f"--bench-resolution {_pct(rk.get('resolution'))} and 2.5 x the noise figure / sqrt(rounds)). "
+            f"G2: {rk.get('not_claimed') or ''}")
 
 
 def noise_banner(doc: dict) -> str:
-    """The banner shown when the A/A gate measured more noise than its threshold, else ''."""
+    """The banner shown when the run's noise figure is above its threshold, else ''."""
     n = doc.get("noise") or {}
     if not n.get("noisy"):
         return ""
-    return (f"<div class=banner id=noise-banner><b>Noisy machine.</b> normal timed against normal differed by up to "
-            f"{_pct(n.get('spread'))} in this run (threshold {_pct(n.get('threshold'))}): speedup differences below "
-            f"{_pct(n.get('spread'))} are not resolved, whatever the ranking shows.</div>")
+    return (f"<div class=banner id=noise-banner><b>Noisy machine.</b> the ranking rounds' noise figure is "
+            f"{_pct(n.get('sigma'))} (threshold {_pct(n.get('threshold'))}): the resolution widened to "
+            f"{_pct((doc.get('ranking') or {}).get('resolution_effective'))} and no single winner is named.</div>")
+
+
+def headline_html(doc: dict) -> str:
+    """The finding in one sentence (report.headline) and what the run lacks, first on both pages."""
+    from .headline import headline
+
+    lim = doc.get("limitations") or []
+    more = ("<ul class=muted id=limitations>" + "".join(f"<li>{_e(x)}</li>" for x in lim) + "</ul>") if lim else ""
+    return f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}"
 
 
 def leaders_text(doc: dict) -> str:
-    """'X' when the run resolves a single winner, else the leader's rank group (no single winner named)."""
+    """'X' when the ranking names a single winner, else G1 (no single winner named)."""
     win = doc.get("winner")
     if win:
         return _e(win["method"])
     groups = doc.get("rank_groups") or []
     if not groups:
         return "–"
-    return "not resolved: rank group 1 = " + ", ".join(_e(m) for m in groups[0])
+    return "no single winner: G1 = " + ", ".join(_e(m) for m in groups[0])
 
 
 def activity_label(m: dict) -> str:
@@ -215,10 +240,11 @@ COLUMNS = (
               "method resolved below G1, not ordered further (see the note under the table)", True),
     ("width", "the verify width shown for this method; post-hoc = the maximum of the benchmark medians, "
               "chosen on calibration = picked by --tune on calibration prompts", True),
-    ("speedup", "speedup over normal (greedy), paired per round: median and its 95 % bootstrap confidence "
-                "interval; the bar is the median", True),
-    ("vs dflash", "speed against plain dflash at the ranking width, paired per round: median [95 % CI]; what the "
-                  "rank groups compare", True),
+    ("speedup", "speedup over normal (greedy), paired per round: median and the interval of the median from "
+                "order statistics, labelled with its exact coverage (95 % only from 6 rounds); the bar is the "
+                "median", True),
+    ("vs dflash", "speed against plain dflash at the ranking width, paired per round over the fixed ranking "
+                  "rounds: median [interval]; what the selection compares", True),
     ("tok/call", "tokens per target call (τ): committed tokens per target forward, correction/bonus included",
      True),
     ("activity", "how often the method's draft differed from plain dflash's at the same context, and the net "
@@ -226,19 +252,23 @@ COLUMNS = (
     ("exact", "token-exact against greedy on every prompt (ties under the float tie certificate are shown)", True),
     ("tok/s", "tokens per second, median over rounds, not paired (each method's own rounds)", False),
     ("Q1–Q3", "interquartile range of the paired per-round speedups", False),
-    ("model", "cost-model speedup: the case's own rounds priced with component costs timed in isolation", False),
-    ("vs model", "measured / model speedup; flagged outside [0.9, 1.1] on a quiet machine (A/A spread < 2 %)",
-     False),
+    ("model", "cost-model speedup: the case's own rounds priced with the loop's own component timings", False),
+    ("vs model", "measured / model speedup; flagged outside [0.9, 1.1] when the noise figure is at most its "
+                 "threshold (a quiet machine)", False),
     ("accept", "acceptance of verified drafts (accepted / proposed)", False),
     ("of drafted", "acceptance of drafted tokens (accepted / drafted): lower than accept for methods that trim "
                    "before verifying (ACT, DSpark)", False),
-    ("rounds", "paired rounds against normal / against dflash (the ranking width's top-up and race add "
-               "comparison-only rounds), and why its race stopped", False),
+    ("rounds", "paired rounds against normal / against dflash (the ranking width's fixed ranking rounds add "
+               "comparison-only rounds)", False),
     ("positions", "share of draft positions where the method's draft differed from dflash's", False),
     ("net drafts", "accepted drafts the differences from dflash gained minus those they lost (+gained −lost)",
      False),
     ("guidance", "candidate scores evaluated beyond the drafter's argmax", False),
     ("overhead", "loop overhead: share of wall time outside the target, the drafter and selection", False),
+    ("claim", "what the selection claims at its joint confidence: may be the fastest (in G1), or not the fastest "
+              "with the lower bound of its gap to the fastest", False),
+    ("Δ tok/call", "tokens per target call minus dflash's, from the two separate decodes at the width shown (the "
+                   "net drafts column counts at the method's own contexts and can disagree in sign)", False),
 )
 
 
@@ -270,13 +300,14 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
         idx = m.get("index")
         rounds = (f"{_e(r.get('rounds', '–'))}"
                   f"{'' if r.get('compared_rounds') in (None, r.get('rounds')) else ' / ' + _e(r['compared_rounds'])}"
-                  f"{'' if not r.get('race') else ' <span class=muted>(' + _e(r['race'].get('stop')) + ')</span>'}")
+                  f"{'' if not r.get('race') else ' <span class=muted>(raced: ' + _e(r['race'].get('stop')) + ')</span>'}")
         rows.append(
             f"<tr{' class=winner' if mid == win else ''} data-method=\"{_e(mid)}\">"
             f"<td>{_e(f'{idx:02d}' if isinstance(idx, int) else idx)} {_e(mid)}</td>"
             f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
             f"<td>{_width_label(b)}</td>"
-            f"<td class=speedup>{bar} {_f(b['speedup'])}× <span class=ci>{_ci_text(b.get('speedup_ci'))}</span></td>"
+            f"<td class=speedup>{bar} {_f(b['speedup'])}× <span class=ci>{_ci_text(b.get('speedup_ci'))} <span "
+            f"class=muted>{_e(b.get('speedup_ci_label') or '')}</span></span></td>"
             f"<td class=vs>{_vs_cell(b)}</td>"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"{_activity_summary(m, b)}<td>{ex}</td>"
@@ -287,7 +318,7 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
             f"<td class=more>{_f(100 * r.get('acceptance_rate_drafted', b['acceptance_rate']), 1)}%</td>"
             f"<td class=\"more rounds\">{rounds}</td>"
             f"{_activity_detail(b)}<td class=more>{_f(r.get('guidance_work', 0), 0)}</td>"
-            f"<td class=more>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td></tr>")
+            f"<td class=more>{_f(100 * r.get('overhead_fraction', 0), 1)}%</td>{_claim_cell(b)}{_dtau_cell(b)}</tr>")
     head = "".join(f"<th title=\"{_e(tip)}\"{'' if shown else ' class=more'}>{_e(name)}</th>"
                    for name, tip, shown in COLUMNS)
     toggle = f"{table_id}-all"
@@ -297,20 +328,39 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
             "<details class=legend><summary class=muted>How to read this table</summary><p class=muted>"
             + "".join(f"<b>{_e(name)}</b>: {_e(tip)}. " for name, tip, _ in COLUMNS) + "</p>"
             f"<p class=muted>{_ranking_note(doc)} "
-            f"Rank group: {_e(_group_rule(doc))} A single winner is named only when G1 has one "
-            "member. Racing gave the other members of the leader's group extra "
-            "paired rounds (stop: separated, cap or budget). The cost-model speedup is deterministic: "
-            "the case's own rounds priced with component costs timed in isolation (target verify per width, drafter "
-            "and selection per block); on a quiet machine (A/A spread < 2 %) a measured/model ratio outside "
-            "[0.9, 1.1] is flagged as unexplained overhead. Activity: at each round of an untimed "
-            "decode, plain dflash drafted at the same context; a round or position differs when the drafts do, and net "
-            "is the accepted drafts the differences gained minus those they lost. A method whose draft never differed "
+            f"Rank group: {_e(_group_rule(doc))} A single winner is named only when the selection names one (and the "
+            "noise figure is below its threshold). The cost-model speedup is deterministic: "
+            "the case's own rounds priced with the loop's own timings (the target's verify cost per width fitted over "
+            "every case's in-loop verify forwards, the drafter and selection per block); on a quiet machine (the "
+            "noise figure at most its threshold) a measured/model ratio outside [0.9, 1.1] is flagged as "
+            "unexplained overhead. Activity: at each round of an untimed "
+            "decode, plain dflash drafted at the same context; a round or position differs when the drafts do, and the "
+            "accepted-drafts column counts what the differences gained minus what they lost at the method's own "
+            "contexts, which can disagree in sign with tau − dflash tau (the two decodes reach different contexts). "
+            "A method whose draft never differed "
             "is labelled inactive here: its row measures dflash plus its overhead, not a distinct result. Accept of "
             "drafted counts trimmed drafts too (ACT, DSpark trim before verifying); "
             "tok/s pools each method's own rounds; the speedup divides each round by the normal run "
             "made right before it, so the two columns can rank methods differently. A width marked post-hoc is the "
             "maximum of the benchmark medians (an optimistic choice made on the data it is reported on); "
             "<code>--tune</code> chooses widths on calibration prompts instead.</p></details>")
+
+
+def _dtau_cell(b: dict) -> str:
+    """tau − dflash's tau from the two separate decodes (report.build), signed; – where the run has none."""
+    d = b.get("tau_minus_dflash")
+    return f"<td class=\"more dtau\">{'–' if d is None else ('+' if d > 0 else '') + _f(d, 2)}</td>"
+
+
+def _claim_cell(b: dict) -> str:
+    """What the selection claims of a method: in G1 (may be the fastest), or not the fastest, with the lower
+    bound of its gap to the fastest when it is listed (report.ranking)."""
+    claim, gap = b.get("claim"), b.get("gap_lo")
+    if claim is None:
+        return "<td class=\"more claim\">–</td>"
+    if claim == "in G1":
+        return "<td class=\"more claim\">may be the fastest</td>"
+    return f"<td class=\"more claim\">{_e(claim)}" + (f" (≥ {_pct(gap)} slower)" if gap else "") + "</td>"
 
 
 def _x(v, nd=3) -> str:
@@ -344,25 +394,28 @@ def _speedup_chart(doc: dict) -> str:
             grp += " (inactive here)"
         parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(b["width"])}{grp}</text>'
                      f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(b["speedup"]) - left):.1f}" height="12" '
-                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, 95 % CI {_f(lo)}–{_f(up)}{grp}</title></rect>'
+                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, interval {_f(lo)}–{_f(up)}{grp}</title></rect>'
                      f'<line class=ci x1="{x(max(lo, 0)):.1f}" y1="{y + 9}" x2="{x(up):.1f}" y2="{y + 9}" '
                      f'stroke="#e6e6e6"/><text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(b["speedup"], 2)}×</text>')
     h = row * len(ms) + 4
     return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
             f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
-            '<p class=muted>bar: median paired speedup at the width shown; whisker: its 95 % bootstrap confidence '
-            'interval; G<i>n</i>: rank group (see the methods table\'s note); inactive here: the draft never differed from '
+            '<p class=muted>bar: median paired speedup at the width shown; whisker: its order-statistic interval of '
+            'the median (95 % from 6 rounds; below that the min-max, with its coverage in the table); G<i>n</i>: rank group (see the methods table\'s note); inactive here: the draft never differed from '
             'dflash\'s; dashed: 1× (normal)</p>')
 
 
 def _goals_table(doc: dict) -> str:
+    status = {True: "<span class=ok>met</span>", False: "<span class=bad>missed</span>",
+              None: "<span class=tie>undetermined</span>"}
     rows = "".join(
-        f"<tr><td>{_e(g.get('goal'))}</td><td>{_f(g.get('figure'))}"
-        f"{'' if g.get('spread') is None else ' (IQR ' + _f(g['spread']) + ')'}</td>"
-        f"<td>{'<span class=ok>met</span>' if g.get('ok') else '<span class=bad>missed</span>'}</td></tr>"
+        f"<tr><td>{_e(g.get('goal'))}</td><td>{_f(g.get('figure'))} <span class=muted>({_e(g.get('basis', ''))}"
+        f"{'' if g.get('point') is None or g.get('point') == g.get('figure') else '; point ' + _f(g['point'])})"
+        f"</span></td><td>{status.get(g.get('ok'), status[None])}"
+        f"{' <span class=muted>' + _e(g['note']) + '</span>' if g.get('note') else ''}</td></tr>"
         for g in doc.get("goals") or [] if isinstance(g, dict))
     return ("<table id=goals-table><tr><th>performance goal (stated in docs/performance.md, with the 350M goals)</th>"
-            "<th>this run</th><th>status</th></tr>" + rows + "</table>")
+            "<th>this run (on the side that makes the goal hardest)</th><th>status</th></tr>" + rows + "</table>")
 
 
 def _width_table(doc: dict) -> str:
@@ -379,7 +432,8 @@ def _width_table(doc: dict) -> str:
         rows.append(f"<tr><td>{_e(mid)}</td>{cells}</tr>")
     ub = doc.get("upper_bound_speedup") or {}
     if ub:
-        rows.append("<tr><td class=muted>upper bound (w+1)·t_dec/t_ver(w)</td>" + "".join(
+        rows.append("<tr><td class=muted>upper bound: a free drafter accepting every draft (prefill and round "
+                    "schedule included)</td>" + "".join(
             f"<td class=muted>{_f(ub.get(str(w)), 2)}×</td>" for w in widths) + "</tr>")
     return f"<table id=width-table><tr><th>method</th>{head}</tr>{''.join(rows)}</table>"
 
@@ -479,20 +533,18 @@ def _drafter_accuracy(dr: dict) -> str:
             f"{row(train)} · kept step {_e(dr.get('best_step', '?'))}.</p>")
 
 
-def headline_slot(doc: dict) -> str:
-    """The first line of both pages, above the banner: reserved for the one-sentence headline of what this run
-    resolves (a function `headline(doc)` of its own). Empty until that exists: nothing on the pages names a
-    "best" method the rank groups and the A/A noise figure do not back."""
-    return ""
-
-
 def _group_kpi(doc: dict) -> str:
     """Rank group 1 as the statistics give it: its members, and whether the run resolved a single one."""
     groups = doc.get("rank_groups") or []
     if not groups:
         return "<div>rank group 1<b id=rank-group-1>–</b></div>"
     g1 = groups[0]
-    note = ("the only method in G1" if len(g1) == 1 else f"{len(g1)} methods this run cannot tell apart")
+    if doc.get("winner"):
+        note = "the only method in G1: the single winner"
+    elif len(g1) == 1:
+        note = "no single winner: the run is too noisy to name one"
+    else:
+        note = f"no single winner: G1 = {len(g1)} methods this run cannot tell apart"
     long = " class=long" if len(g1) > 3 else ""
     return (f"<div title=\"{_e(_group_rule(doc))}\">rank group 1<b id=rank-group-1{long}>{_e(', '.join(g1))}</b>"
             f"<span class=muted>{_e(note)}</span></div>")
@@ -519,17 +571,19 @@ def _figures(doc: dict) -> str:
                   "shown width: where in the block drafts stop being accepted.", _position_table(doc))
         + "</div><h2>Verify cost, bound and oracle</h2><div class=figs>"
         + _figure(plots.verify_cost(doc),
-                  "Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps (measured in isolation, this "
-                  "session). Right: the speedup a perfect, free drafter would reach, (w+1)·t_decode/t_verify(w), "
+                  "Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps (fitted over the decode loop's own "
+                  "verify forwards, this session). Right: the speedup a perfect, free drafter would reach, (w+1)·t_decode/t_verify(w), "
                   "against the oracle rows (replayed greedy drafts, measured; whisker: 95 % CI): the gap is what "
                   "drafting and the loop cost.")
         + "</div><h2>Noise: A/A rounds</h2><div class=figs>"
         + _figure(plots.noise(doc),
-                  f"Identical work timed against itself in this run. normal vs normal: the noise gate's rounds (start "
-                  f"and end of the session); spread {_pct(n.get('spread'))}, threshold {_pct(n.get('threshold'))} "
-                  "(band). "
+                  "Identical work timed against itself in this run. "
                   + (f"{_e(rk.get('baseline'))} vs {_e(rk.get('baseline'))} at width {_e(rk.get('width'))}: the A/A of "
-                     "the ratio the rank groups compare. " if rk.get("statistic") == "vs_baseline" else "")
+                     "the ratio the selection compares. " if rk.get("statistic") == "vs_baseline" else "")
+                  + ("normal vs normal: the A/A rounds of a run saved before schema 7 (for reading only). "
+                     if (n.get("legacy_aa") or {}).get("rounds") else "")
+                  + f"Band: ± the run's noise figure {_pct(n.get('sigma'))} (pooled robust SD of every ranked case's "
+                  f"per-round log ratios; the gate's threshold is {_pct(n.get('threshold'))}). "
                   + "A speedup difference inside this scatter is not resolved by the run.")
         + "</div>")
 
@@ -546,7 +600,7 @@ def render_report(doc: dict) -> str:
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab — {_e(tgt.get('name', ''))}
 on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · {_aa_header(doc)} ·
 <a href="index.html">mechanism explorer</a> · <a href="benchmark.json">benchmark.json</a></div></header><main>
-{headline_slot(doc)}{noise_banner(doc)}
+{headline_html(doc)}{noise_banner(doc)}
 <div class=kpi><div>normal tok/s<b>{_f(normal.get('tokens_per_second'), 1)}</b></div>
 {_group_kpi(doc)}<div>ranking width<b>{_e(rk.get('width') if rk.get('width') is not None else '–')}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
@@ -604,7 +658,7 @@ def render_index(doc: dict) -> str:
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab · {_e(doc['device'])}</h1>{_run_info(doc)}
 <div class=muted>{'<span class=ok>all methods exact</span>' if ok else '<span class=bad>exactness gate failed</span>'}
  · {_aa_header(doc)} · <a href="report.html">full report</a> · <a href="benchmark.json">benchmark.json</a></div>
-</header><main>{headline_slot(doc)}{noise_banner(doc)}
+</header><main>{headline_html(doc)}{noise_banner(doc)}
 <h2>Mechanism explorer</h2><p class=muted>Replays real block traces recorded in this run (first prompt): the prompt,
 the text generated before the round, then the draft, the accepted prefix (green), the first rejected draft (red), and
 the committed correction (amber) or bonus token (blue) from the same target forward.</p>

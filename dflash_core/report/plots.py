@@ -257,11 +257,12 @@ def verify_cost(doc: dict) -> str:
 
 
 def noise(doc: dict) -> str:
-    """The A/A figure: every normal-vs-normal round (the noise gate) and every dflash-vs-dflash round at the ranking
-    width (the A/A of the ratio the rank groups compare), in the order timed, with the gate's ±threshold band."""
+    """The A/A figure: every dflash-vs-dflash round at the ranking width (the ratio the selection compares, timed
+    against itself) and, for runs before schema 7, their normal-vs-normal rounds, in the order timed, with a band
+    of ± the run's noise figure (the pooled robust SD of per-round log ratios that the noise gate reads)."""
     pid, label = "plot-noise", "A/A rounds: identical work timed against itself"
     n = doc.get("noise") or {}
-    aa = [x for x in n.get("rounds") or [] if _num(x)]
+    aa = [x for x in (n.get("legacy_aa") or {}).get("rounds") or [] if _num(x)]
     rk = doc.get("ranking") or {}
     base = rk.get("baseline")
     w = rk.get("width")
@@ -269,24 +270,27 @@ def noise(doc: dict) -> str:
     bb = [x for x in brow.get("vs_baseline_rounds") or [] if _num(x)] if rk.get("statistic") == "vs_baseline" else []
     if not aa and not bb:
         return _empty(pid, label, "this run timed no A/A rounds (it predates the noise gate)")
-    th = n.get("threshold")
-    lo_b, hi_b = (1 - th, 1 + th) if _num(th) else (1.0, 1.0)
+    sigma, th = n.get("sigma"), n.get("threshold")
+    lo_b, hi_b = (math.exp(-sigma), math.exp(sigma)) if _num(sigma) else (1.0, 1.0)
     nmax = max(len(aa), len(bb))
     fr = Frame((0.5, nmax + 0.5), _range([*aa, *bb], include=(lo_b, hi_b)), fmt_y="{:.2f}",
                xticks=list(range(1, nmax + 1)) if nmax <= 20 else None, xlabel="round (in the order timed)",
                ylabel="ratio of walls (1 = identical)", title="A/A: the same work timed against itself")
     body = [fr.axes()]
-    if _num(th):
+    if _num(sigma):
         y0, y1 = fr.y(hi_b), fr.y(lo_b)
+        gate = f", gate threshold {_g(100 * th, 1)} % (--bench-noise-threshold)" if _num(th) else ""
         body.append(f'<rect class=band x="{fr.left:.1f}" y="{y0:.1f}" width="{fr.right - fr.left:.1f}" '
-                    f'height="{y1 - y0:.1f}" fill="#3d7eff" fill-opacity="0.12"><title>noise threshold ±'
-                    f'{_g(100 * th, 1)} % (--bench-noise-threshold)</title></rect>')
+                    f'height="{y1 - y0:.1f}" fill="#3d7eff" fill-opacity="0.12"><title>± the noise figure '
+                    f'{_g(100 * sigma, 1)} %{gate}</title></rect>')
     body.append(fr.hline(1.0, "1 (identical)"))
-    body.append(series(fr, "normal vs normal", list(enumerate(aa, 1)), "#f5c26b", line=False,
-                       label=lambda p: f"normal vs normal, round {p[0]}: {_g(p[1], 4)}"))
+    if aa:
+        body.append(series(fr, "normal vs normal", list(enumerate(aa, 1)), "#f5c26b", line=False,
+                           label=lambda p: f"normal vs normal, round {p[0]}: {_g(p[1], 4)}"))
     if bb:
         body.append(series(fr, f"{base} vs {base}", list(enumerate(bb, 1)), "#7fb2ff", line=False,
                            label=lambda p: f"{base} vs {base} at w{w}, round {p[0]}: {_g(p[1], 4)}"))
-    entries = [("normal vs normal (noise gate)", "#f5c26b")] + ([(f"{base} vs {base} (w{w})", "#7fb2ff")] if bb else [])
+    entries = ([("normal vs normal (runs before schema 7)", "#f5c26b")] if aa else []) + \
+        ([(f"{base} vs {base} (w{w})", "#7fb2ff")] if bb else [])
     keys, kh = legend(entries, PAD["left"], W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, extra_height=kh)

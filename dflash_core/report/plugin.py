@@ -74,20 +74,15 @@ def case_line(name: str, extra_info: dict) -> str | None:
             f"{verdict}" + (f" ({ties} tie)" if ties else ""))
 
 
-def race_line(rec: dict | None) -> str | None:
-    """One progress line after racing: how many cases it raced, the rounds it added, and what stays unresolved."""
+def ranking_line(rec: dict | None) -> str | None:
+    """One progress line after the ranking rounds: the width, the fixed rounds per case and what they cost."""
     if not rec:
         return None
     cases = rec.get("cases") or {}
-    raced = [k for k, c in cases.items() if c.get("extra_rounds")]
-    extra = sum(c.get("extra_rounds", 0) for c in cases.values())
-    left = rec.get("unresolved") or []
-    top = rec.get("top_up") or {}
-    topped = (f"every case topped up to {top['rounds']} rounds against dflash in {top.get('seconds', 0.0):.0f} s; "
-              if top.get("rounds") else "")
-    return (f"dflash race: {topped}{len(raced)} of {len(cases)} cases raced (leader {rec.get('leader')}); +{extra} "
-            f"paired rounds in {rec.get('spent_seconds', 0.0):.0f} s (cap {rec.get('cap_rounds')} rounds per case); "
-            + (f"still unresolved: {', '.join(left)}" if left else "the leader is resolved"))
+    added = sum(c.get("top_up_rounds", 0) for c in cases.values())
+    return (f"dflash ranking: {len(cases)} cases at width {rec.get('width')} (chosen on calibration prompts), "
+            f"{rec.get('rounds')} rounds against dflash each, fixed before the run: +{added} rounds in "
+            f"{rec.get('seconds', 0.0):.0f} s, legs in a seeded random order")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -96,8 +91,8 @@ def pytest_runtest_call(item):
     yield
     bm = getattr(item, "funcargs", {}).get("benchmark")
     line = case_line(item.name, getattr(bm, "extra_info", None) or {}) if bm is not None else None
-    if getattr(item, "originalname", None) == "test_race":
-        line = race_line(getattr(item.config.stash.get(SESSION_STASH, None), "race", None))
+    if getattr(item, "originalname", None) == "test_ranking_rounds":
+        line = ranking_line(getattr(item.config.stash.get(SESSION_STASH, None), "ranking", None))
     tr = item.config.pluginmanager.get_plugin("terminalreporter")
     if line and tr is not None:
         tr.write_line(line)
@@ -111,25 +106,30 @@ def report_root(config) -> Path:
     return Path(reports) if reports else Path(str(config.rootpath)) / "reports"
 
 
-def noise_warning(lab: dict) -> str | None:
-    """The stderr warning of the A/A noise gate, or None when the session was quiet (or measured no A/A rounds)."""
-    from ..bench.stats import aa_noise
+def noise_warning(rounds: dict[str, list[float]], threshold: float) -> str | None:
+    """The stderr warning of the noise gate over a session's ranking rounds (case -> ratios against dflash), or
+    None when the run was quiet (or has no ranking rounds)."""
+    from .ranking import noise_of_rounds
 
-    noise = lab.get("noise") or {}
-    n = aa_noise([*noise.get("start", []), *noise.get("end", [])], noise.get("threshold", 0.05))
+    n = noise_of_rounds(rounds, threshold)
     if not n["noisy"]:
         return None
-    return (f"dflash WARNING: noisy machine: normal timed against normal differed by up to {100 * n['spread']:.1f} % "
-            f"(threshold {100 * n['threshold']:.1f} %, --bench-noise-threshold); speedup differences below that "
-            "are not resolved by this run")
+    return (f"dflash WARNING: noisy machine: the ranking rounds' noise figure is {100 * n['sigma']:.1f} % (threshold "
+            f"{100 * n['threshold']:.1f} %, --bench-noise-threshold); the ranking's resolution widens with it and no "
+            "single winner is named")
+
+
+def session_rounds(sess) -> dict[str, list[float]]:
+    """A session's ranking rounds: each case at the ranking width -> its ratios against dflash."""
+    return {k: c.compared() for k, c in (getattr(sess, "case_rounds", None) or {}).items()
+            if c.method != "normal" and c.width == getattr(sess, "ranking_width", None) and c.compared()}
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     import sys
 
     sess = config.stash.get(SESSION_STASH, None)
-    warning = None if sess is None else noise_warning({"noise": {**sess.aa_rounds,
-                                                                  "threshold": sess.cfg.noise_threshold}})
+    warning = None if sess is None else noise_warning(session_rounds(sess), sess.cfg.noise_threshold)
     if warning:
         sys.stderr.write(warning + "\n")
     path = config.stash.get(REPORT_PATH, None)

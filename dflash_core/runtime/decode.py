@@ -62,6 +62,7 @@ class DecodeStats:
     position_accepted: list[int] = field(default_factory=list)  # per draft position i: times accepted
     wall_seconds: float = 0.0
     target_seconds: float = 0.0
+    prefill_seconds: float = 0.0  # the prefill's target call (in target_seconds too): the cost model prices it apart
     draft_seconds: float = 0.0
     select_seconds: float = 0.0
     guidance_work: int = 0
@@ -136,7 +137,7 @@ class DecodeStats:
                   margins=None if any(p.margins is None for p in parts) else [m for p in parts for m in p.margins])
         for p in parts:
             for name in ("new_tokens", "target_calls", "draft_calls", "proposed", "accepted", "guidance_work",
-                         "wall_seconds", "target_seconds", "draft_seconds", "select_seconds"):
+                         "wall_seconds", "target_seconds", "prefill_seconds", "draft_seconds", "select_seconds"):
                 setattr(out, name, getattr(out, name) + getattr(p, name))
             for name in ("accept_counts", "position_proposed", "position_accepted"):
                 acc = getattr(out, name)
@@ -190,6 +191,7 @@ def greedy(runtime: TargetRuntime, prompt_ids: Sequence[int], max_new_tokens: in
     if n:
         sess = runtime.session(recording=False)
         step = sess.prefill(prompt, margins=record_margins)
+        stats.prefill_seconds = step.seconds
         while True:
             stats.record(0, 0, step.seconds)
             out.append(step.ids[-1])
@@ -227,7 +229,9 @@ def speculative_round(sess: TargetSession, proposer: Proposer, prompt: list[int]
     out.extend(drafts[:a])
     out.append(g[a])  # the correction, or after full acceptance the bonus token
     if trace is not None:
-        trace.append({"draft": drafts, "accepted": a, "token": g[a], "bonus": a == len(drafts)})
+        # seconds: this round's verify forward, timed inside the loop (the cost model fits t_verify(k) on them)
+        trace.append({"draft": drafts, "accepted": a, "token": g[a], "bonus": a == len(drafts),
+                      "seconds": float(step.seconds)})
     t_obs = time.perf_counter()
     proposer.observe(step.hidden[: a + 1] if step.hidden is not None else None)
     stats.draft_seconds += time.perf_counter() - t_obs
@@ -253,6 +257,7 @@ def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence
         sess = runtime.session(recording=True)
         step = sess.prefill(prompt, taps=taps)
         stats.record(0, 0, step.seconds)
+        stats.prefill_seconds = step.seconds
         out.append(step.ids[-1])
         t_obs = time.perf_counter()
         proposer.begin(prompt, step.hidden)

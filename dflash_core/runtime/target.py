@@ -299,14 +299,17 @@ def _checkpoint_meta(where: Path, error) -> dict:
 
     path = where / META_FILE
     if not path.exists():
-        return {"family": None, "mini_corpus_files": None}
+        return {"family": None, "mini_corpus_files": None, "mini_seed": None}
     fix = "restore it or delete the file"
     meta = read_json(path, "checkpoint metadata", error, fix, max_bytes=16 << 20)
     try:
         files = int(meta.get("config", {}).get("corpus_files", 400))
         if not 1 <= files <= 100_000:
             raise ValueError(f"corpus_files {files} outside 1..100000")
-        return {"family": str(meta.get("prompt_family", "code"))[:64], "mini_corpus_files": files}
+        seed = meta.get("config", {}).get("seed")
+        if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 1 << 63):
+            raise ValueError(f"seed {str(seed)[:40]!r} is not an integer in 0..2**63-1")
+        return {"family": str(meta.get("prompt_family", "code"))[:64], "mini_corpus_files": files, "mini_seed": seed}
     except (ValueError, AttributeError, TypeError, OverflowError) as exc:
         raise error(f"{path} is not valid checkpoint metadata ({exc}): {fix}") from exc
 
@@ -451,6 +454,7 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     ident.update({"revision": revision if kind == "hub" else None, "hub_commit": commit})
     rt.info = {"kind": kind, "location": where, "parameters": ident["parameters"], "revision": revision,
                "commit": commit, "family": meta["family"], "mini_corpus_files": meta["mini_corpus_files"],
+               "mini_seed": meta["mini_seed"],
                "identity": ident}
     model.to(device=dev, dtype=tdtype)
     rt.device, rt.dtype = dev, tdtype

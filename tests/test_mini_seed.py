@@ -1,0 +1,45 @@
+"""--mini-seed / DFLASH_MINI_SEED: another training seed builds another, independent mini target in its own folder
+of the home (so homes never mix two models), and the seed reaches the build, the CLI's child and the metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dflash_core.prepare import pipeline
+from dflash_core.prepare.artifacts import mini_target_dir
+
+
+def test_each_seed_has_its_own_folder(monkeypatch, tmp_path):
+    monkeypatch.delenv("DFLASH_MINI_SEED", raising=False)
+    assert mini_target_dir(tmp_path) == tmp_path / "targets" / "mini"
+    assert mini_target_dir(tmp_path, 7) == tmp_path / "targets" / "mini-seed-7"
+    monkeypatch.setenv("DFLASH_MINI_SEED", "3")
+    assert mini_target_dir(tmp_path) == tmp_path / "targets" / "mini-seed-3"
+
+
+def test_the_seed_reaches_the_build(monkeypatch, tmp_path):
+    """ensure_target builds the missing mini target of the asked seed into that seed's folder (the build stubbed:
+    its config is what matters). Break: the build at the default config -> seed 1234."""
+    built = []
+    import dflash_core.prepare.minitarget as mt
+
+    monkeypatch.setattr(mt, "build_mini_target", lambda d, cfg, progress=True: built.append((Path(d), cfg.seed)))
+    monkeypatch.setenv("DFLASH_MINI_SEED", "2")
+    pipeline.ensure_target("mini", tmp_path, refresh=False, progress=False)
+    monkeypatch.delenv("DFLASH_MINI_SEED")
+    pipeline.ensure_target("mini", tmp_path, refresh=False, progress=False)
+    assert built == [(tmp_path / "targets" / "mini-seed-2", 2), (tmp_path / "targets" / "mini", 1234)]
+
+
+def test_the_cli_flag_is_checked_and_exported(monkeypatch, capsys):
+    from dflash_core import __main__ as cli
+    from dflash_core.options import env_value
+
+    monkeypatch.setenv("DFLASH_MINI_SEED", "0")  # restored (unset) after the test, whatever the CLI sets
+    monkeypatch.delenv("DFLASH_MINI_SEED")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["prepare", "--mini-seed", "-1"])
+    cli._export_mini_seed(cli.build_parser().parse_args(["prepare", "--mini-seed", "5"]))
+    assert env_value("mini_seed") == 5
