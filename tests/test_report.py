@@ -40,8 +40,8 @@ def test_failed_exactness_is_reported_not_hidden():
 
 
 def test_merging_two_runs_names_both():
-    a = _saved([_bench("normal", 0), _bench("dflash", 1)])
-    b = _saved([_bench("dflash", 4, speedup=2.0)])
+    a = _saved([_bench("normal", 0), _bench("dflash", 1), _bench("dflash", 4)])
+    b = _saved([_bench("dflash", 1), _bench("dflash", 4, speedup=2.0)])
     doc = build_report([a, b], ["a.json", "b.json"])
     assert [r["source"] for r in doc["runs"]] == ["a.json", "b.json"]
     assert set(doc["methods"]["dflash"]["rows"]) == {"1", "4"}
@@ -169,11 +169,19 @@ def test_gate_passes_identical_runs_and_noise(tmp_path, capsys):
     (_bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], tau=1.5), "tokens per target call"),
     (_bench("dflash", 2, speedup=1.5, rounds=[1.45, 1.5, 1.55], exact=False), "diverged"),
     (_bench("dflash", 2, speedup=1.1, rounds=[1.05, 1.1, 1.15]), "paired speedup"),
-    (_bench("dflash", 1, speedup=1.5), "missing from NEW"),
 ])
 def test_gate_fails_on_a_real_regression(tmp_path, capsys, new, what):
     assert report_main(["gate", *_gate_files(tmp_path, new)]) == 1
     assert what in capsys.readouterr().out
+
+
+def test_gate_fails_on_a_case_missing_from_new(tmp_path, capsys):
+    rounds = [1.45, 1.5, 1.55]
+    base = _write(tmp_path, "b.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5, rounds=rounds),
+                                              _bench("mobs", 2, speedup=1.5, rounds=rounds)]))
+    new = _write(tmp_path, "n.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5, rounds=rounds)]))
+    assert report_main(["gate", str(base), str(new)]) == 1
+    assert "REGRESSION mobs-w2: measured in BASE, missing from NEW" in capsys.readouterr().out
 
 
 def test_gate_reads_a_canonical_benchmark_json(tmp_path):
