@@ -258,6 +258,10 @@ def cmd_bench(a) -> int:
                             "clone of the lab (pip install -e .), not from an installed wheel")
     check_device_args(a.device, a.dtype, a.kernels)
     check_target_args(a.target, a.home, a.revision)
+    if a.calibration_from:
+        from .bench.reuse import load_reused
+
+        load_reused(a.calibration_from)  # unknown methods or bad options: exit 2 before prepare
     env = dict(os.environ)
     if a.home is not None:
         env["DFLASH_HOME"] = str(a.home)

@@ -35,6 +35,7 @@ class BenchConfig:
     resolution: float = _default("resolution")  # rank groups' resolution (report.stats.rank_groups)
     race_max: int = _default("race_max")  # racing cap, a multiple of `rounds` (dflash_core.bench.racing)
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
+    calibration_from: str | None = _default("calibration_from")  # reuse a saved run's widths and options (reuse)
     smoke: bool = False
     tune: bool = False
     references: bool = True

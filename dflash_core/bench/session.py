@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..methods import calibrated
 from ..options import env_value
 from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
@@ -38,6 +39,7 @@ class BenchSession:
     width_choice: dict | None = None  # auto_widths' record: its cost-model table per width and the rule
     passes: dict | None = None  # run_passes' record: the base rounds after the first, round-robin over the cases
     width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
+    choice_source: str = "auto"  # where the widths and options came from: auto, given, smoke or reused (chosen)
     target_costs: Any = None  # costmodel.ComponentCosts at the benchmark context (session_costs)
     calibration_costs: Any = None  # the same at a calibration prompt's context (calibrate_all)
 
@@ -73,6 +75,14 @@ class BenchSession:
         ids = {int(t) for tr in self.traces.values() for r in tr for t in [*r["draft"], r["token"]]}
         return {str(i): self.rt.decode([i]) for i in sorted(ids)}
 
+    def chosen(self) -> dict:
+        """The widths and calibrated options this run chose (or reused), as `--calibration-from` reads them back:
+        a later run that reuses them measures the same cases, which the gate and pooling require (report.match)."""
+        from .calibration import calibration_widths
+
+        return {"widths": calibration_widths(self), "source": self.choice_source,
+                "options": {mid: {str(w): dict(o) for w, o in per.items()} for mid, per in self.width_options.items()}}
+
     def cost_model_section(self) -> dict:
         """The cost model's constants and the target costs it used (costmodel), as plain data."""
         from .costmodel import OBJECTIVE, QUIET_SPREAD, RATIO_BAND
@@ -91,7 +101,8 @@ class BenchSession:
         man = self.prepared.manifest
         return {
             "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size,
-                         "base_rounds_schedule": self.passes, "width_choice": self.width_choice},
+                         "base_rounds_schedule": self.passes, "width_choice": self.width_choice,
+                         "chosen": self.chosen()},
             "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
                        "kernels": self.rt.kernels, "source": self.rt.source},
             "provenance": {"versions": versions(), "seeds": man.get("seeds"),
@@ -148,11 +159,21 @@ def _open(cfg: BenchConfig) -> BenchSession:
         margins.append(st.margins)
     sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
     session_costs(sess)
+    if cfg.calibration_from:
+        from .reuse import apply_reused, load_reused
+
+        apply_reused(sess, load_reused(cfg.calibration_from))
+        sess.choice_source = f"reused from {cfg.calibration_from}"
+    elif cfg.calibration_widths:
+        sess.choice_source = "given"
     cal_texts = list(ps.calibration[: cfg.calibration_prompt_limit])
-    ctx = calibration_context(sess, cal_texts)  # once: auto_widths and every calibrator share it
-    if not cfg.calibration_widths:  # --bench-widths auto
-        sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
-    calibrate_all(sess, cal_texts, ctx)
+    auto = not cfg.calibration_widths and not sess.bench_widths  # --bench-widths auto, nothing reused
+    if auto or cfg.tune or any(m.id not in sess.width_options for m in calibrated()):
+        ctx = calibration_context(sess, cal_texts)  # once: auto_widths and every calibrator share it
+        if auto:
+            sess.choice_source = "smoke" if cfg.smoke else "auto"
+            sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
+        calibrate_all(sess, cal_texts, ctx)
     return sess
 
 
