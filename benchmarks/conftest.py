@@ -29,8 +29,13 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    """A --calibration-from run that is unreadable, names unknown methods or bad options, or disagrees with
-    --bench-widths is a usage error before anything is built, not an error in the first case's fixture."""
+    """Hides transformers' known kernel fallback warnings unless -v (dflash_core.quiet). A --calibration-from run
+    that is unreadable, names unknown methods or bad options, or disagrees with --bench-widths is a usage error
+    before anything is built, not an error in the first case's fixture."""
+    if config.getoption("verbose") <= 0:
+        from dflash_core.quiet import hide_known_fallbacks
+
+        hide_known_fallbacks()
     source = config.getoption("--calibration-from", None)
     if not source:
         return
