@@ -148,3 +148,12 @@ def test_compare_page_escapes_run_names(tmp_path):
     evil = "<script>alert(1)</script>"
     page = render_compare(compare(*_docs(_run(), _run()), names=(evil, "b")))
     assert "<script>" not in page and "&lt;script&gt;" in page
+
+
+@pytest.mark.parametrize("cmd", ["gate", "compare"])
+def test_a_benchmark_json_missing_a_field_is_bad_input(tmp_path, capsys, cmd):
+    doc = build_report([_run()], ["r"])
+    del doc["methods"]["dflash"]["rows"]["2"]["speedup_q1"]
+    base = _write(tmp_path, "benchmark.json", doc)
+    assert report_main([cmd, base, base, "--out", str(tmp_path / "c")][: 3 if cmd == "gate" else 5]) == 2
+    assert capsys.readouterr().err.startswith("error: a benchmark.json lacks or mistypes a field")

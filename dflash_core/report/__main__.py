@@ -72,12 +72,13 @@ def _load_doc(arg: str, storage: str) -> dict:
     return _build([arg], storage)
 
 
-def _judged(a) -> tuple:
-    """Load BASE and NEW and judge them (a malformed document is bad input, not a crash)."""
+def _judged(a, then=judge):
+    """Load BASE and NEW and judge them (`then`: judge, or the comparison document built on it); a malformed
+    document is bad input, not a crash."""
     base, new = _load_doc(a.base, a.storage), _load_doc(a.new, a.storage)
     cfg = GateConfig(a.speedup_drop, a.tau_tolerance, a.min_rounds)
     try:
-        return base, new, cfg, judge(base, new, cfg, (a.base, a.new))
+        return then(base, new, cfg, (a.base, a.new))
     except (KeyError, TypeError) as exc:
         raise ReportInputError(f"a benchmark.json lacks or mistypes a field ({exc!r}): rebuild it with "
                                "python -m dflash_core.report SAVED") from exc
@@ -111,15 +112,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["gate"]:
-            _, _, _, result = _judged(_pair_parser("gate").parse_args(argv[1:]))
+            result = _judged(_pair_parser("gate").parse_args(argv[1:]))
             print_gate(result)
             return result.exit_code
         if argv[:1] == ["compare"]:
             from .compare import compare, write_compare
 
             a = _pair_parser("compare", out=True).parse_args(argv[1:])
-            base, new, cfg, _ = _judged(a)
-            out = write_compare(compare(base, new, cfg, (a.base, a.new)), a.out)
+            out = write_compare(_judged(a, compare), a.out)
             print(out / "compare.html")
             return 0
         a = _report_parser().parse_args(argv)
