@@ -28,6 +28,26 @@ def pytest_addoption(parser):
     g.addoption("--no-references", action="store_true", help="skip the peer/bound reference rows")
 
 
+def pytest_configure(config):
+    """Hides transformers' known kernel fallback warnings unless -v (dflash_core.quiet). A --calibration-from run
+    that is unreadable, names unknown methods or bad options, or disagrees with --bench-widths is a usage error
+    before anything is built, not an error in the first case's fixture."""
+    if config.getoption("verbose") <= 0:
+        from dflash_core.quiet import hide_known_fallbacks
+
+        hide_known_fallbacks()
+    source = config.getoption("--calibration-from", None)
+    if not source:
+        return
+    from dflash_core.bench.reuse import check_given_widths, load_reused
+    from dflash_core.errors import DFlashError
+
+    try:
+        check_given_widths(load_reused(source), given_widths(config))
+    except DFlashError as exc:
+        raise pytest.UsageError(f"--calibration-from: {exc}") from exc
+
+
 def bench_config(config):
     from dflash_core.bench.config import BenchConfig
     from dflash_core.options import BENCH_FIELDS, option

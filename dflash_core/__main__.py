@@ -25,43 +25,82 @@ IMPORT_OPTIONS = options.for_command("import")
 BENCH_FORWARDED = tuple(name for name in BENCH_OPTIONS if options.option(name).pytest)
 
 
+class MethodIds:
+    """`run --method`'s choices, read from the registry only when argparse needs them (checking a value or
+    printing help), so `--version` and `methods` do not import torch just to build the parser."""
+
+    def _ids(self) -> list[str]:
+        from .methods import method_ids
+
+        return method_ids()
+
+    def __iter__(self):
+        return iter(self._ids())
+
+    def __contains__(self, value) -> bool:
+        return value in self._ids()
+
+
+def _version() -> str:
+    from . import __version__
+
+    return f"dflash-mini-lab {__version__}"
+
+
+def _quiet(a) -> None:
+    """Before a command loads a model (after its arguments were checked: importing transformers takes seconds):
+    transformers' bars and known fallback warnings are hidden unless -v (dflash_core.quiet)."""
+    from .quiet import quiet_third_party
+
+    quiet_third_party(a.verbose)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dflash_core", description=__doc__)
+    ap.add_argument("--version", action="version", version=_version())
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="store_true",
+                        help="also show transformers' progress bars and its known kernel fallback warnings")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("prepare", help="build the mini target (if asked), train the drafter, fit method artifacts")
+
+    def add(name: str, **kw) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    p = add("prepare", help="build the mini target (if asked), train the drafter, fit method artifacts")
     for name in PREPARE_OPTIONS:
         options.add_cli_option(p, name)
     p.add_argument("--refresh", action="store_true", help="rebuild even when verified artifacts exist")
     p.add_argument("--no-progress", action="store_true")
-    r = sub.add_parser("run", help="decode one prompt with one method and print text + stats")
+    r = add("run", help="decode one prompt with one method and print text + stats")
     for name in RUN_OPTIONS:
         options.add_cli_option(r, name)
-    r.add_argument("--method", required=True)
+    r.add_argument("--method", required=True, choices=MethodIds(), metavar="METHOD",
+                   help="method id: %(choices)s (`python -m dflash_core methods` describes them)")
     r.add_argument("--prompt", required=True)
     r.add_argument("--tokens", type=int, required=True, help="new tokens to decode (>= 0)")
     r.add_argument("--width", type=int, default=None, help="verify width 1..B (default: B); not for normal")
     r.add_argument("--eos", action="store_true", help="stop at the target's EOS token")
     r.add_argument("--no-check", action="store_true", help="skip the greedy reference comparison")
     r.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    mt = sub.add_parser("methods", help="list the method registry")
+    mt = add("methods", help="list the method registry")
     mt.add_argument("--markdown", action="store_true", help="the README's methods table (generated from the registry)")
-    c = sub.add_parser("check", help="device check: CUDA, name, memory, capability, versions, FP16 matmul")
+    c = add("check", help="device check: CUDA, name, memory, capability, versions, FP16 matmul")
     c.add_argument("--device", default="cuda")
-    b = sub.add_parser("bench", help="prepare what is missing, run the benchmark matrix, write reports/<device>/")
+    b = add("bench", help="prepare what is missing, run the benchmark matrix, write reports/<device>/")
     for name in BENCH_OPTIONS:
         options.add_cli_option(b, name)
     b.add_argument("--smoke", action="store_true", help="1 prompt, 8 tokens, 1 round")
     b.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
-    e = sub.add_parser("export", help="pack a verified target (mini: its weights) and its artifacts into one bundle")
+    e = add("export", help="pack a verified target (mini: its weights) and its artifacts into one bundle")
     for name in EXPORT_OPTIONS:
         options.add_cli_option(e, name)
     e.add_argument("--out", required=True, help="bundle file to write (a .tar.gz)")
-    i = sub.add_parser("import", help="verify a bundle from `export` and install it into the home")
+    i = add("import", help="verify a bundle from `export` and install it into the home")
     for name in IMPORT_OPTIONS:
         options.add_cli_option(i, name)
     i.add_argument("bundle", help="bundle file written by `export`")
-    x = sub.add_parser("export-drafter", help="write the prepared drafter as a transformers DFlash checkpoint "
-                       "(config.json + model.safetensors, MuseGlimmerAssistantModel) with its model card README.md")
+    x = add("export-drafter", help="write the prepared drafter as a transformers DFlash checkpoint "
+            "(config.json + model.safetensors, MuseGlimmerAssistantModel) with its model card README.md")
     for name in EXPORT_DRAFTER_OPTIONS:
         options.add_cli_option(x, name)
     x.add_argument("--out", required=True, help="directory to write (new or empty)")
@@ -148,6 +187,7 @@ def cmd_prepare(a) -> int:
     from .prepare.pipeline import prepare
 
     _resolve(a, PREPARE_OPTIONS)
+    _quiet(a)
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
                   threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter))
     print(out)
@@ -160,6 +200,7 @@ def cmd_export(a) -> int:
     _resolve(a, EXPORT_OPTIONS)
     check_export_out(Path(a.out))
     check_target_args(a.target, a.home, None)
+    _quiet(a)
     doc = export_bundle(a.out, a.target, a.home)
     print(json.dumps({"bundle": str(a.out), "target": a.target, "content_sha256": doc["target"]["content_sha256"],
                       "files": len(doc["files"])}))
@@ -178,6 +219,7 @@ def cmd_export_drafter(a) -> int:
     _resolve(a, EXPORT_DRAFTER_OPTIONS)
     check_drafter_out(Path(a.out))
     check_target_args(a.target, a.home, a.revision)
+    _quiet(a)
     rt = load_target(a.target, "cpu", "float32", home=a.home, kernels="eager", **_optional(revision=a.revision))
     prepared = load_prepared(rt, home=a.home)  # refuses (with the prepare to run) when there is no drafter
     ident = target_identity(rt)
@@ -217,6 +259,7 @@ def cmd_run(a) -> int:
     _resolve(a, RUN_OPTIONS)
     info = get_method(a.method)
     check_run_args(a, info)
+    _quiet(a)
 
     import torch
 
@@ -247,7 +290,8 @@ def cmd_run(a) -> int:
             prepared = load_prepared(rt, home=a.home, required=info.needs, drafter=a.drafter)
     prompt_ids = rt.encode(a.prompt)
     ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)
-    doc = {"method": a.method, "target": a.target, "device": str(rt.device), "dtype": str(rt.dtype),
+    doc = {"method": a.method, "target": a.target, "device": str(rt.device),
+           "dtype": str(rt.dtype).replace("torch.", ""),  # as --dtype spells it
            "kernels": rt.kernels,
            "prompt": a.prompt, "prompt_ids": prompt_ids, "ids": ids, "text": rt.decode(ids),
            "stats": stats.to_dict()}
@@ -258,6 +302,12 @@ def cmd_run(a) -> int:
         ref, gst = greedy(rt, prompt_ids, a.tokens, stop_at_eos=a.eos, record_margins=True)
         v = classify(ids, ref, gst.margins, rt.dtype)
         doc["exactness"] = {"verdict": v.kind, "position": v.position, "gap": v.gap}
+        # the greedy reference ran anyway: its wall time over the method's is the speedup of this one decode
+        # (one unpaired, unwarmed run each, not a benchmark: `bench` measures speedups in paired rounds)
+        if stats.wall_seconds > 0 and info.build is not None:
+            doc["speedup_vs_greedy"] = {"speedup": gst.wall_seconds / stats.wall_seconds,
+                                        "greedy_seconds": gst.wall_seconds, "method_seconds": stats.wall_seconds,
+                                        "note": "one unpaired decode each; bench measures paired rounds"}
     if a.json:
         print(json.dumps(doc, allow_nan=False))
     else:
@@ -268,6 +318,10 @@ def cmd_run(a) -> int:
               f"tokens/call={s.tokens_per_target_call:.2f} acceptance={s.acceptance_rate:.3f} "
               f"tok/s={s.tokens_per_second:.1f} per-position={[round(x, 2) for x in s.per_position_acceptance]}"
               + (f" exactness={doc['exactness']['verdict']}" if "exactness" in doc else ""), file=sys.stderr)
+        if "speedup_vs_greedy" in doc:
+            sp = doc["speedup_vs_greedy"]
+            print(f"speedup vs greedy: {sp['speedup']:.2f}x ({sp['greedy_seconds']:.3f} s / {sp['method_seconds']:.3f} "
+                  "s; one unpaired decode each, `bench` measures paired rounds)", file=sys.stderr)
     if "exactness" in doc and doc["exactness"]["verdict"] == "diverged":
         return 1
     return 0
@@ -295,7 +349,14 @@ def cmd_bench(a) -> int:
                             "clone of the lab (pip install -e .), not from an installed wheel")
     check_device_args(a.device, a.dtype, a.kernels)
     check_target_args(a.target, a.home, a.revision)
+    if a.calibration_from:
+        from .bench.reuse import load_reused
+
+        load_reused(a.calibration_from)  # unknown methods or bad options: exit 2 before prepare
+    _quiet(a)
     env = dict(os.environ)
+    if not a.verbose:  # the child pytest's transformers bars (its conftest hides the fallback warnings)
+        env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if a.home is not None:
         env["DFLASH_HOME"] = str(a.home)
     if a.revision is not None:

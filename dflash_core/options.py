@@ -43,6 +43,17 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _saved_run(text: str) -> str:
+    """A saved run or benchmark.json whose widths and calibrated options a run reuses (`bench.reuse`): a path, or a
+    run id / glob under .benchmarks. Read and checked here (bounded size, shapes, types), so a bad file fails before
+    anything is built; returns the file's absolute path."""
+    from .bench.reuse import read_source, resolve_source
+
+    path = resolve_source(str(text).strip())
+    read_source(path)
+    return str(path.resolve())
+
+
 def _flag(text: str) -> bool:
     return str(text).strip().lower() in ("1", "true", "yes")
 
@@ -153,6 +164,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("widths", "DFLASH_WIDTHS", "auto", "verify widths to time (each <= the drafter's block size B), or "
            "auto: dflash's best width by the cost model over the measured verify-cost curve on calibration prompts, "
            "and the best at most half of it; 1,2,4,8 for a full matrix", type=_widths, pytest="--bench-widths"),
+    Option("calibration_from", "DFLASH_CALIBRATION_FROM", None, "reuse the verify widths and calibrated options of "
+           "a saved run or benchmark.json (a path, or a run id such as 0001 under .benchmarks) instead of choosing "
+           "them, so two runs measure the same cases (the gate and pooling refuse runs that chose differently)",
+           type=_saved_run, cli="--calibration-from", pytest="--calibration-from",
+           default_text="none: choose them on calibration prompts", commands=("bench",), bench=True),
     Option("seed", "DFLASH_BENCH_SEED", 0, "seed of the benchmark's case-order rotation", type=int, minimum=0,
            pytest="--bench-seed", bench=True),
     # 3 %: the pooled robust SD of the ranking's per-round log ratios (bench/stats.robust_noise) stayed below 1.6 % in

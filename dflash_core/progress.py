@@ -33,6 +33,25 @@ def ensure_console_logging(level: int = logging.INFO) -> None:
         lg.setLevel(level)
 
 
+def clock(seconds: float) -> str:
+    """A duration as people read it: 42s, 3m05s, 1h02m."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def eta_line(desc: str, done: int, total: int, elapsed: float, work_done: float, work_total: float,
+             unit: str = "") -> str:
+    """`desc: done/total unit, 1m35s elapsed, ~3m40s left`: the time left extrapolates the elapsed time over the
+    work done (items may weigh more than one unit of work, e.g. a pass over every case)."""
+    left = elapsed / work_done * max(0.0, work_total - work_done) if work_done > 0 else None
+    return (f"{desc}: {done}/{total}{' ' + unit if unit else ''}, {clock(elapsed)} elapsed"
+            + (f", ~{clock(left)} left" if left is not None else ""))
+
+
 class Progress:
     """A counter that logs `desc: done/total` every `every_s` seconds and when finished (plus an optional bar)."""
 
@@ -54,10 +73,8 @@ class Progress:
         now = time.perf_counter()
         if self.done >= self.total or now - self.last >= self.every_s:
             self.last = now
-            elapsed = now - self.t0
-            eta = elapsed / self.done * (self.total - self.done) if self.done else 0.0
-            self.log.info("%s: %d/%d (%.0fs elapsed, ~%.0fs left)%s", self.desc, self.done, self.total, elapsed,
-                          eta, f" {self.note}" if self.note else "")
+            self.log.info("%s%s", eta_line(self.desc, self.done, self.total, now - self.t0, self.done, self.total),
+                          f" ({self.note})" if self.note else "")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -427,10 +427,12 @@ def test_artifacts_of_another_prepare_config_are_not_verified(lab, tmp_path, mon
     def stop(*a, **k):
         raise Rebuilt
 
-    monkeypatch.setattr(train, "trajectories", stop)
+    # the rebuild trains the drafter again; the teacher trajectories do not depend on aux_steps and are reused
+    monkeypatch.setattr(train, "train_drafter", stop)
     other = replace(CFG, aux_steps=CFG.aux_steps + 1)
     with caplog.at_level(logging.INFO, logger="dflash_core"), pytest.raises(Rebuilt):
         prepare(str(lab["ckpt"]), home=home, cfg=other, progress=False)
     assert "another prepare config" in caplog.text and "aux_steps" in caplog.text
+    assert "teacher trajectories: reusing the " in caplog.text
 
 

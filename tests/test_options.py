@@ -80,15 +80,21 @@ def test_bad_environment_value_names_the_variable(monkeypatch, var, value, messa
         env_value(name)
 
 
-def test_bench_config_reads_every_knob_from_the_environment(monkeypatch):
+def test_bench_config_reads_every_knob_from_the_environment(monkeypatch, tmp_path):
+    import json
+
     from dflash_core.bench.config import BenchConfig
 
+    from .report_data import bench_row, saved_run
+
+    run = tmp_path / "0001_run.json"
+    run.write_text(json.dumps(saved_run([bench_row("normal", 0), bench_row("dflash", 2)])))
     values = {"DFLASH_TARGET": "someone/model", "DFLASH_DEVICE": "cuda:1", "DFLASH_DTYPE": "bfloat16",
               "DFLASH_KERNELS": "eager", "DFLASH_THREADS": "3", "DFLASH_TOKENS": "7", "DFLASH_REPEATS": "5",
               "DFLASH_PROMPT_LIMIT": "2", "DFLASH_CALIBRATION_TOKENS": "9", "DFLASH_CALIBRATION_PROMPT_LIMIT": "1",
               "DFLASH_BENCH_SEED": "4", "DFLASH_NOISE_THRESHOLD": "0.1", "DFLASH_RESOLUTION": "0.02",
               "DFLASH_RANK_ROUNDS": "6",
-              "DFLASH_DRAFTER": "/some/drafter"}
+              "DFLASH_DRAFTER": "/some/drafter", "DFLASH_CALIBRATION_FROM": str(run.resolve())}
     for var, value in values.items():
         monkeypatch.setenv(var, value)
     cfg = BenchConfig.from_env(tokens=11)
@@ -201,6 +207,6 @@ def test_name_lists_come_from_the_table():
     assert set(cli.RUN_OPTIONS) == {"target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter",
                                     "mini_seed"}
     assert set(for_command("import")) == {"home"} and set(cli.BENCH_FORWARDED) == {
-        "target", "device", "dtype", "kernels", "drafter"}
+        "target", "device", "dtype", "kernels", "drafter", "calibration_from"}
     assert set(pytest_options("root")) == {"target", "device", "dtype", "kernels"}
     assert {o.name for o in OPTIONS if o.pytest} == set(pytest_options("root")) | set(pytest_options("bench"))

@@ -4,15 +4,19 @@ choice. The search itself (decode every setting, price it with the cost model) i
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from typing import TYPE_CHECKING
 
 from ..methods import calibrated
+from ..progress import Progress
 from ..runtime.decode import greedy
 
 if TYPE_CHECKING:
     from .session import BenchSession
+
+log = logging.getLogger(__name__)
 
 
 def dflash_table(sess: BenchSession, widths: list[int], ctx: dict) -> list[dict]:
@@ -24,11 +28,13 @@ def dflash_table(sess: BenchSession, widths: list[int], ctx: dict) -> list[dict]
 
     info = get_method("dflash")
     rows = []
+    bar = Progress(f"widths: dflash at {len(widths)} width(s) on calibration prompts", len(widths), log)
     for w in widths:
         rec = calibrate(sess.rt, ctx["ids"], sess.cfg.calibration_tokens, [{"width": w}],
                         lambda s: info.build(sess.rt, sess.prepared), w, repeats=1, costs=sess.calibration_costs,
                         refs=ctx["refs"])
         rows.append(rec["table"][0])
+        bar.update(note=f"w{w}")
     return rows
 
 
@@ -149,7 +155,8 @@ def calibrate_one(sess: BenchSession, method_id: str, texts: list[str], width: i
 def calibrate_all(sess: BenchSession, cal_texts: list[str], ctx: dict | None = None) -> None:
     """Every method the registry calibrates (`methods.calibrated`), at every calibrated width; a method that
     reuses another's choice adapts that method's selection at each width. The widest width's choice is the
-    method's default options. `ctx`: the session's `calibration_context` (built when None).
+    method's default options. A method whose options were reused from another run (`bench.reuse`) is skipped.
+    `ctx`: the session's `calibration_context` (built when None).
 
     V10 and V11 search by successive halving (stage 1 on one prompt, stage 2 on all, reusing the stage-1
     decodes): with one deterministic decode per setting, a default bench's calibration at each of its widths
@@ -158,11 +165,20 @@ def calibrate_all(sess: BenchSession, cal_texts: list[str], ctx: dict | None = N
 
     ctx = ctx or calibration_context(sess, cal_texts)
     widths = calibration_widths(sess)
-    for info in calibrated():
+    todo = [m for m in calibrated() if m.id not in sess.width_options]  # the others: reused (--calibration-from)
+    searched = [m for m in todo if m.calibration.reuses is None]
+    bar = Progress(f"calibration ({len(searched)} methods x {len(widths)} widths)", len(searched) * len(widths), log)
+
+    def one(mid: str, w: int) -> dict:
+        rec = calibrate_one(sess, mid, cal_texts, w, ctx)
+        bar.update(note=f"{mid} w{w}")
+        return rec
+
+    for info in todo:
         t0 = time.perf_counter()
         cal = info.calibration
         if cal.reuses is None:
-            per = {w: calibrate_one(sess, info.id, cal_texts, w, ctx) for w in widths}
+            per = {w: one(info.id, w) for w in widths}
             head = {"objective": OBJECTIVE}
         else:
             src = sess.width_options[cal.reuses]
@@ -191,6 +207,7 @@ def tune_widths(sess: BenchSession, cal_texts: list[str]) -> None:
     ids = _cal_ids(sess, cal_texts)
     refs = [greedy(sess.rt, p, sess.cfg.calibration_tokens)[0] for p in ids]
     widths = sorted({min(w, sess.block_size) for w in (1, 2, 4)})
+    bar = Progress("--tune: width per method", len(speculative_ids()), log)
     for mid in speculative_ids():
         info = get_method(mid)
         rows = []
@@ -202,3 +219,4 @@ def tune_widths(sess: BenchSession, cal_texts: list[str]) -> None:
             rows.append(rec["table"][0])
         best = rows[choose(rows)]
         sess.tuned_widths[mid] = {"selected": best["setting"]["width"], "table": rows, "objective": OBJECTIVE}
+        bar.update(note=mid)

@@ -35,6 +35,7 @@ class BenchConfig:
     resolution: float = _default("resolution")  # the ranking's resolution (bench.selection.effective_resolution)
     rank_rounds: int = _default("rank_rounds")  # fixed rounds per case at the ranking width (bench.schedule)
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
+    calibration_from: str | None = _default("calibration_from")  # reuse a saved run's widths and options (reuse)
     smoke: bool = False
     tune: bool = False
     references: bool = True

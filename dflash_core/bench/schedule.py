@@ -14,10 +14,12 @@ the report measures it on those rows (`leg_orders`).
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from typing import TYPE_CHECKING
 
+from ..progress import Progress
 from ..runtime.device import synchronize, torch_threads
 from .cases import CaseRounds, summarize
 from .rounds import BASELINE, decode_all
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from .session import BenchSession
 
 NORMAL_LEG, BASELINE_LEG, METHOD_LEG = "n", "b", "m"  # a round's leg order, e.g. "bnm" (`CaseRounds.legs`)
+log = logging.getLogger(__name__)
 
 
 def _refresh(sess: BenchSession, c: CaseRounds, seconds: float) -> None:
@@ -101,16 +104,22 @@ def case_keys(sess: BenchSession, *, with_normal: bool) -> list[str]:
             if (with_normal or c.method != "normal") and all(v != "diverged" for v in c.kinds)]
 
 
-def seeded_passes(pending, seed: int, step) -> int:
+def seeded_passes(pending, seed: int, step, desc: str | None = None, total: int | None = None) -> int:
     """Round-robin passes: while `pending(passes done)` names cases, run `step(case)` once for each, in an order
     shuffled per pass by a generator seeded with `seed`. Returns the number of passes. The one loop that
-    schedules rounds (base rounds and ranking rounds alike)."""
+    schedules rounds (base rounds and ranking rounds alike).
+
+    With `desc`, progress is logged (every ~20 s and at the end: steps done of `total`, elapsed, time left): the
+    passes of a default run take minutes, and a loop that prints nothing for that long reads as hung."""
     rng = random.Random(seed)
+    bar = Progress(desc, total or 0, log) if desc else None
     done = 0
     while order := list(pending(done)):
         rng.shuffle(order)
         for k in order:
             step(k)
+            if bar is not None:
+                bar.update(note=f"pass {done + 1}, {k}")
         done += 1
     return done
 
@@ -127,8 +136,10 @@ def run_passes(sess: BenchSession, passes: int, seed: int, step=None) -> dict:
     keys = case_keys(sess, with_normal=True)
     t0 = time.perf_counter()
     passes = max(0, passes)
-    seeded_passes(lambda done: list(keys) if done < passes else [], seed, lambda k: step(sess, k))
-    rec = {"schedule": "round-robin", "passes": passes, "cases": len(keys), "seconds": time.perf_counter() - t0}
+    seeded_passes(lambda done: list(keys) if done < passes else [], seed, lambda k: step(sess, k),
+                  desc="base rounds (round-robin passes)", total=passes * len(keys))
+    rec = {"schedule": "round-robin", "passes": passes, "cases": len(keys),
+           "seconds": time.perf_counter() - t0}
     sess.passes = rec
     return rec
 
@@ -146,7 +157,9 @@ def top_up(sess: BenchSession, keys: list[str], rounds: int, seed: int, step=Non
         step(sess, k)
         added[k] += 1
 
-    passes = seeded_passes(lambda _: [k for k in keys if len(sess.case_rounds[k].compared()) < rounds], seed, one)
+    need = sum(max(0, rounds - len(sess.case_rounds[k].compared())) for k in keys)
+    passes = seeded_passes(lambda _: [k for k in keys if len(sess.case_rounds[k].compared()) < rounds], seed, one,
+                           desc=f"ranking top-up to {rounds} rounds", total=need)
     return {"rounds": rounds, "passes": passes, "added": added, "seconds": time.perf_counter() - t0}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..methods import calibrated
 from ..options import env_value
 from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
@@ -38,6 +39,7 @@ class BenchSession:
     width_choice: dict | None = None  # auto_widths' record: its cost-model table per width and the rule
     passes: dict | None = None  # run_passes' record: the base rounds after the first, round-robin over the cases
     width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
+    choice_source: str = "auto"  # where the widths and options came from: auto, given, smoke or reused (chosen)
     calibration_costs: Any = None  # costmodel.ComponentCosts timed in the loop on calibration prompts
 
     def options_for(self, method: str, width: int) -> dict:
@@ -72,6 +74,14 @@ class BenchSession:
         ids = {int(t) for tr in self.traces.values() for r in tr for t in [*r["draft"], r["token"]]}
         return {str(i): self.rt.decode([i]) for i in sorted(ids)}
 
+    def chosen(self) -> dict:
+        """The widths and calibrated options this run chose (or reused), as `--calibration-from` reads them back:
+        a later run that reuses them measures the same cases, which the gate and pooling require (report.match)."""
+        from .calibration import calibration_widths
+
+        return {"widths": calibration_widths(self), "source": self.choice_source,
+                "options": {mid: {str(w): dict(o) for w, o in per.items()} for mid, per in self.width_options.items()}}
+
     def cost_model_section(self) -> dict:
         """The cost model's constants and the target costs it used (costmodel), as plain data."""
         from .costmodel import OBJECTIVE, RATIO_BAND
@@ -90,7 +100,7 @@ class BenchSession:
         return {
             "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size,
                          "base_rounds_schedule": self.passes, "width_choice": self.width_choice,
-                         "ranking_width": self.ranking_width},
+                         "ranking_width": self.ranking_width, "chosen": self.chosen()},
             "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
                        "kernels": self.rt.kernels, "source": self.rt.source,
                        "mini_seed": (getattr(self.rt, "info", None) or {}).get("mini_seed")},
@@ -148,10 +158,21 @@ def _open(cfg: BenchConfig) -> BenchSession:
         refs.append(r)
         margins.append(st.margins)
     sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
+    if cfg.calibration_from:
+        from .reuse import apply_reused, load_reused
+
+        apply_reused(sess, load_reused(cfg.calibration_from))
+        sess.choice_source = f"reused from {cfg.calibration_from}"
+    elif cfg.calibration_widths:
+        sess.choice_source = "given"
     cal_texts = list(ps.calibration[: cfg.calibration_prompt_limit])
-    ctx = calibration_context(sess, cal_texts)  # once: auto_widths and every calibrator share it
-    if not cfg.calibration_widths:  # --bench-widths auto
+    # once: auto_widths, the ranking width and every calibrator share it (the ranking width is chosen on
+    # calibration prompts even when the widths and options are reused, since it costs one small table)
+    ctx = calibration_context(sess, cal_texts)
+    if not cfg.calibration_widths and not sess.bench_widths:  # --bench-widths auto, nothing reused
+        sess.choice_source = "smoke" if cfg.smoke else "auto"
         sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
     sess.ranking_width = ranking_width(sess, calibration_widths(sess), ctx)
-    calibrate_all(sess, cal_texts, ctx)
+    if cfg.tune or any(m.id not in sess.width_options for m in calibrated()):
+        calibrate_all(sess, cal_texts, ctx)
     return sess

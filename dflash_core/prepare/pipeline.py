@@ -34,6 +34,7 @@ from .artifacts import (
     write_target_manifest,
 )
 from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
+from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
 from .train import TrainConfig
 
 TRAJ_FILE = "trajectories.json"
@@ -216,6 +217,40 @@ def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False
         f"{k}: {have.get(k)!r} != {want.get(k)!r}" for k in diff[:4]) + ")"
 
 
+def present_and_verified(out: Path, ident: dict, required: tuple[str, ...], cfg: PrepareConfig,
+                         accept_recorded: bool, source_sha: str | None) -> bool:
+    """`out` holds every required file, verified against its manifest, built by this recipe (and config), and for an
+    imported drafter from that very drafter: a repeated prepare has nothing to do."""
+    try:
+        doc = read_manifest(out, ident, required=required)
+        why = config_mismatch(doc, cfg, accept_recorded)
+        if not why and source_sha is not None and (doc.get("drafter") or {}).get("source_sha256") != source_sha:
+            why = "built from another drafter"
+        if why:
+            raise ArtifactError(f"{out / 'manifest.json'} was {why}")
+        return True
+    except ArtifactError as exc:
+        if (out / "manifest.json").exists():
+            _log(f"rebuilding: {exc}")
+        return False
+
+
+def adopt_own(doc: dict, own: Path, out: Path, ident: dict, drafter: str, source_sha: str, t_start: float) -> Path:
+    """An imported drafter identical to the home's own (`reuse.same_as_own`): its artifacts are the own ones, so
+    they are copied (verified) instead of refitting every method on the same weights."""
+    files = copy_artifacts(own, out, sorted(doc["files"]))
+    extra = {k: doc[k] for k in ("recipe", "prepare_config", "seeds", "teacher", "fits", "held_out") if k in doc}
+    extra["drafter"] = {**(doc.get("drafter") or {}), "imported": True, "source": str(drafter),
+                        "source_sha256": source_sha, "drafter_sha256": doc["drafter_sha256"]}
+    extra["reused"] = {"from": str(own), "why": "the imported drafter's config and weights equal the home's own "
+                       "drafter (same SHA-256), so every fit is the same"}
+    extra["prepare_seconds"] = time.perf_counter() - t_start
+    write_manifest(out, ident, files, extra)
+    _log(f"the drafter {drafter} is the home's own (sha256 {doc['drafter_sha256'][:12]}): reused its artifacts "
+         f"from {own} -> {out}")
+    return out
+
+
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
              accept_recorded: bool = False, drafter: str | None = None) -> Path:
     import torch
@@ -239,26 +274,34 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         source_sha = drafter_digest(source)
         imported = load_hf_drafter(source, rt, ident)  # refuses a drafter made for another target, before any work
     out = prepared_dir(ident, home, source_sha)
-    if not refresh and imported is None:
-        try:
-            doc = read_manifest(out, ident, required=(DRAFTER_FILE, TRAJ_FILE, *fit_files()))
-            why = config_mismatch(doc, cfg, accept_recorded)
-            if why:
-                raise ArtifactError(f"{out / 'manifest.json'} was {why}")
+    own = prepared_dir(ident, home)  # the target's own artifacts (trained drafter): what an import may reuse
+    required = (DRAFTER_FILE, TRAJ_FILE, *fit_files())
+    if not refresh:
+        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha):
             _log(f"artifacts for {rt.name} are present and verified in {out}")
             return out
-        except ArtifactError as exc:
-            if (out / "manifest.json").exists():
-                _log(f"rebuilding: {exc}")
+        if imported is not None:
+            doc = same_as_own(imported, own, ident, required, log)
+            if doc is not None and not config_mismatch(doc, cfg, accept_recorded):
+                return adopt_own(doc, own, out, ident, drafter, source_sha, t_start)
     family = family_for(rt, cfg)
     torch.manual_seed(cfg.seed)
     seeds = train_seed_ids(rt, cfg, family)
-    _log(f"teacher trajectories: {len(seeds)} seeds x {cfg.traj_tokens} greedy tokens")
-    t0 = time.perf_counter()
-    trajs = trajectories(rt, seeds, cfg.traj_tokens, progress=progress)
-    t_traj = time.perf_counter() - t0
-    _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
-    trajs, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
+    key = teacher_key(ident, RECIPE, cfg.traj_tokens, seeds, f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}")
+    found = None if refresh else reusable_trajectories(own, ident, key, recipe=RECIPE, seeds=seeds,
+                                                       traj_tokens=cfg.traj_tokens, log=log)
+    if found is not None:
+        trajs, seeds, held_record = found
+        t_traj = 0.0
+        _log(f"teacher trajectories: reusing the {len(trajs)} in {own} (same target, recipe and seeds; teacher key "
+             f"{key[:12]})")
+    else:
+        _log(f"teacher trajectories: {len(seeds)} seeds x {cfg.traj_tokens} greedy tokens")
+        t0 = time.perf_counter()
+        trajs = trajectories(rt, seeds, cfg.traj_tokens, progress=progress)
+        t_traj = time.perf_counter() - t0
+        _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
+        trajs, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
     if imported is not None:
         dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
         _log(f"using the transformers-format drafter {drafter} (block {dcfg.block_size}, taps {list(dcfg.taps)})")
@@ -294,7 +337,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),
                     **metrics},
         "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj,
-                    "tokens": len(trajs) * cfg.traj_tokens, "batched": "by prompt length, no padding"},
+                    "tokens": len(trajs) * cfg.traj_tokens, "batched": "by prompt length, no padding", "key": key,
+                    **({"reused_from": str(own)} if found is not None else {})},
         "fits": fits,
         "held_out": held_record,
         "prepare_seconds": time.perf_counter() - t_start,

@@ -1,14 +1,18 @@
-"""Rebuild the report from saved runs, or gate a run against a baseline.
+"""Rebuild the report from saved runs, compare two runs, or gate a run against a baseline.
 
   python -m dflash_core.report RUN [RUN ...] [--storage .benchmarks] [--out reports]
+  python -m dflash_core.report compare BASE NEW [--out reports/compare] [gate options]
   python -m dflash_core.report gate BASE NEW [--storage .benchmarks] [--speedup-drop 0.10] [--tau-tolerance 0.005]
+                                    [--min-rounds 3]
 
 RUN, BASE and NEW are what `pytest-benchmark compare` accepts: a saved file, a run id (0001) or a glob, searched
-under --storage; several runs of the same model are pooled. Runs of different models are never pooled: each model
-gets its own report under <out>/models/<model hash>/, and <out>/models/index.html (with comparison.json) shows
-them side by side: each model's G1, what holds on all of them, Kendall's tau between their orders.
-BASE and NEW may also be a report's benchmark.json.
-Exit codes: 0 ok, 1 exactness gate failed / regression found, 2 bad input.
+under --storage; several runs of the same model and settings are pooled. Runs of different models are never
+pooled: each model gets its own report under <out>/models/<model hash>/, and <out>/models/index.html (with
+comparison.json) shows them side by side: each model's G1, what holds on all of them, Kendall's tau between their
+orders. BASE and NEW may also be a report's benchmark.json. Runs of one model that chose different widths or
+calibrated options are refused (exit 2) with the fix.
+Exit codes: 0 ok / no regression, 1 exactness gate failed / regression found, 2 bad input, 3 (gate only)
+inconclusive: no regression found, but a run could not support a verdict on some case (too few rounds, noisy).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 
 from ..errors import guarded
 from .build import SCHEMA, SCHEMA_VERSION, ReportInputError, build_report, load_saved, validate_saved
-from .gate import GateConfig, gate, threshold
+from .gate import NO_REGRESSION, REGRESSION, GateConfig, judge, threshold
 from .models import compare_models, group_by_model, render_models
 from .runs import resolve_runs
 from .write import write_report
@@ -34,17 +38,21 @@ def _report_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _gate_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m dflash_core.report gate", description=__doc__,
+def _pair_parser(cmd: str, out: bool = False) -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=f"python -m dflash_core.report {cmd}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("base", help="baseline: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("new", help="run to check: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("--storage", default=".benchmarks")
+    if out:
+        ap.add_argument("--out", default="reports/compare", help="folder for compare.html and compare.json")
     ap.add_argument("--speedup-drop", type=threshold, default=GateConfig.speedup_drop,
-                    help="fail when a median paired speedup drops by more than this fraction and the Q1-Q3 "
+                    help="a regression when a median paired speedup drops by more than this fraction and the Q1-Q3 "
                          "ranges of the two runs do not overlap (default %(default)s)")
     ap.add_argument("--tau-tolerance", type=threshold, default=GateConfig.tau_tolerance,
                     help="allowed relative drop of tokens per target call (default %(default)s)")
+    ap.add_argument("--min-rounds", type=int, default=GateConfig.min_rounds,
+                    help="speedup rounds each run needs before a case's speedup is judged (default %(default)s)")
     return ap
 
 
@@ -90,14 +98,55 @@ def _side_by_side(docs: list[dict], sources: list[str], root: str) -> int:
     return 0 if all(d["exactness"]["all_exact"] for d in reports) else 1
 
 
-def _gate(argv: list[str]) -> int:
-    a = _gate_parser().parse_args(argv)
+def _judged(a, then=judge):
+    """Load BASE and NEW and judge them (`then`: judge, or the comparison document built on it); a malformed
+    document is bad input, not a crash."""
     base, new = _load_doc(a.base, a.storage), _load_doc(a.new, a.storage)
-    problems = gate(base, new, GateConfig(a.speedup_drop, a.tau_tolerance))
-    for p in problems:
+    cfg = GateConfig(a.speedup_drop, a.tau_tolerance, a.min_rounds)
+    try:
+        return then(base, new, cfg, (a.base, a.new))
+    except (KeyError, TypeError) as exc:
+        raise ReportInputError(f"a benchmark.json lacks or mistypes a field ({exc!r}): rebuild it with "
+                               "python -m dflash_core.report SAVED") from exc
+
+
+def print_gate(result) -> None:
+    """Both runs' support, then every row that is not ok (grouped by reason), then the verdict line."""
+    print(f"gate: {result.base.line()}")
+    print(f"gate: {result.new.line()}")
+    for p in result.regressions():
         print(f"REGRESSION {p}")
-    print(f"gate: {len(problems)} regression(s)" if problems else "gate: no regression")
-    return 1 if problems else 0
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in result.rows:
+        if r.verdict not in ("ok", REGRESSION):
+            for why in r.reasons:
+                groups.setdefault((r.verdict, why), []).append(r.case)
+    for (verdict, why), cases in groups.items():
+        print(f"{verdict.upper()} ({len(cases)} case(s): {', '.join(cases)}): {why}")
+    n = len(result.rows)
+    if result.verdict == REGRESSION:
+        print(f"gate: {len(result.regressions())} regression(s)")
+    elif result.verdict == NO_REGRESSION:
+        print(f"gate: no regression ({n} case(s) judged)")
+    else:
+        judged = sum(r.verdict == "ok" for r in result.rows)
+        print(f"gate: inconclusive: no regression found, but {n - judged} of {n} case(s) could not be judged "
+              f"(exit {result.exit_code})")
+
+
+def _gate(argv: list[str]) -> int:
+    result = _judged(_pair_parser("gate").parse_args(argv))
+    print_gate(result)
+    return result.exit_code
+
+
+def _compare(argv: list[str]) -> int:
+    from .compare import compare, write_compare
+
+    a = _pair_parser("compare", out=True).parse_args(argv)
+    out = write_compare(_judged(a, compare), a.out)
+    print(out / "compare.html")
+    return 0
 
 
 def _report(argv: list[str]) -> int:
@@ -113,11 +162,14 @@ def _report(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit 0 ok, 1 exactness failed (report) or a regression found (gate), 2 bad input: one `error:` line
+    """Exit 0 ok, 1 exactness failed (report) or a regression found (gate), 3 the gate is inconclusive, 2 bad
+    input: one `error:` line
     (errors.guarded: unreadable or unwritable files, a full disk, hostile JSON included)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["gate"]:
         return guarded(_gate, argv[1:])
+    if argv[:1] == ["compare"]:
+        return guarded(_compare, argv[1:])
     return guarded(_report, argv)
 
 

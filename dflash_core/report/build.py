@@ -224,7 +224,8 @@ WORKLOAD = ("tokens", "prompt_limit", "smoke")
 
 
 def check_poolable(docs: list[dict], sources: list[str]) -> None:
-    """Refuse to pool runs of different models or workloads (the error names both hashes / settings)."""
+    """Refuse to pool runs of different models, workloads or chosen settings (widths and calibrated options,
+    report.match): the error names both hashes / settings and the fix."""
     if len(docs) < 2:
         return
     first = model_identity(docs[0])
@@ -243,6 +244,10 @@ def check_poolable(docs: list[dict], sources: list[str]) -> None:
         if w != w0:
             raise ReportInputError(f"{sources[0]} and {src} ran different workloads ({w0} vs {w}); pool only runs "
                                    "with the same --bench-tokens, --bench-prompts and --smoke")
+        from .match import require_same_setup, saved_setup
+
+        require_same_setup(saved_setup(docs[0]), saved_setup(doc), (sources[0], src),
+                           "a report pools the rounds of the same cases only")
 
 
 def _pool_rows(rows: list[dict]) -> dict:

@@ -62,16 +62,23 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
 REPORT_PATH = pytest.StashKey[str]()
 
 
-def case_line(name: str, extra_info: dict) -> str | None:
-    """One progress line per finished benchmark case (name, paired speedup, tokens per call, exactness)."""
+def case_line(name: str, extra_info: dict, of: int | None = None) -> str | None:
+    """One progress line per finished benchmark case (name, paired speedup, tokens per call, exactness).
+
+    A decode case prints after its first round (its other rounds come later, in round-robin passes), so the line
+    says which round it reports (`round 1 of 3`, `of` = --bench-rounds) and shows no IQR for a single round: one
+    round has no spread, and `IQR 0.000` on every line read as a measured zero."""
     ex = extra_info
     if "speedup" not in ex or "exact" not in ex:
         return None
     verdict = "exact" if ex["exact"] else "DIVERGED"
     ties = (ex.get("verdicts") or {}).get("tie", 0)
     tau = f" tok/call {ex['tokens_per_target_call']:.2f}" if "tokens_per_target_call" in ex else ""
-    return (f"dflash case {name}: speedup {ex['speedup']:.3f}x (IQR {ex.get('speedup_iqr', 0.0):.3f}){tau} "
-            f"{verdict}" + (f" ({ties} tie)" if ties else ""))
+    n = len(ex["speedup_rounds"]) if isinstance(ex.get("speedup_rounds"), list) else None
+    which = f"round {n} of {of}: " if n is not None and of is not None and n < of else ""
+    spread = f" (IQR {ex.get('speedup_iqr', 0.0):.3f} over {n} rounds)" if n and n > 1 else ""
+    return f"dflash case {name}: {which}speedup {ex['speedup']:.3f}x{spread}{tau} {verdict}" + \
+        (f" ({ties} tie)" if ties else "")
 
 
 def ranking_line(rec: dict | None) -> str | None:
@@ -87,15 +94,74 @@ def ranking_line(rec: dict | None) -> str | None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    """`bench` shows dots for minutes otherwise: say each case's result as soon as it is measured."""
+    """`bench` shows dots for minutes otherwise: say each case's result as soon as it is measured, and where the
+    whole benchmark stands (items done of all, elapsed, time left)."""
     yield
+    sess = item.config.stash.get(SESSION_STASH, None)
+    rounds = getattr(getattr(sess, "cfg", None), "rounds", None)
     bm = getattr(item, "funcargs", {}).get("benchmark")
-    line = case_line(item.name, getattr(bm, "extra_info", None) or {}) if bm is not None else None
+    line = case_line(item.name, getattr(bm, "extra_info", None) or {}, rounds) if bm is not None else None
     if getattr(item, "originalname", None) == "test_ranking_rounds":
-        line = ranking_line(getattr(item.config.stash.get(SESSION_STASH, None), "ranking", None))
+        line = ranking_line(getattr(sess, "ranking", None))
     tr = item.config.pluginmanager.get_plugin("terminalreporter")
-    if line and tr is not None:
+    overall = item.config.stash.get(OVERALL, None)
+    if tr is None:
+        return
+    if line:
         tr.write_line(line)
+    if overall is not None and item.nodeid in overall.weights:
+        tr.write_line(overall.done(item.nodeid))
+
+
+class Overall:
+    """The benchmark's one overall progress line: items done of all, elapsed, time left.
+
+    Items weigh what they cost, in units of a decode case's first round: `test_rounds` runs (rounds - 1) rounds of
+    every decode case, racing at most about half the base matrix's time; every other item weighs one. The time left
+    extrapolates the elapsed time over the weight done, so it settles as the run goes."""
+
+    def __init__(self, weights: dict[str, float]):
+        import time
+
+        self.weights, self.finished, self.t0 = weights, set(), time.perf_counter()
+
+    def done(self, nodeid: str) -> str:
+        import time
+
+        from ..progress import eta_line
+
+        self.finished.add(nodeid)
+        work = sum(self.weights[k] for k in self.finished)
+        return "dflash " + eta_line("progress", len(self.finished), len(self.weights), time.perf_counter() - self.t0,
+                                    work, sum(self.weights.values()), "items")
+
+
+OVERALL = pytest.StashKey[Overall]()
+
+
+def item_weights(items, rounds: int, rank_rounds: int = 0) -> dict[str, float]:
+    """Weights of the benchmark items (those using the `bench` session fixture), by what each one runs. The
+    ranking rounds top up the cases of one width of the (by default two) benchmarked widths: about half the decode
+    cases, each `rank_rounds - rounds` comparison rounds (a dflash and a method leg: about one base round)."""
+    bench = [i for i in items if "bench" in getattr(i, "fixturenames", ())]
+    decode = sum(getattr(i, "originalname", "") == "test_decode" for i in bench)
+    heavy = {"test_rounds": max(0, rounds - 1) * decode,
+             "test_ranking_rounds": max(0, rank_rounds - rounds) * decode / 2}
+    return {i.nodeid: float(heavy.get(getattr(i, "originalname", ""), 1)) for i in bench}
+
+
+def pytest_collection_finish(session):
+    """Start the overall progress once the benchmark items are known (calibration already ran at collection)."""
+    config = session.config
+    try:
+        smoke = config.getoption("--smoke")
+        rounds = 1 if smoke else int(config.getoption("--bench-rounds"))
+        rank_rounds = 0 if smoke else int(config.getoption("--bench-rank-rounds"))
+    except (ValueError, TypeError):  # not a benchmark run: its options are not declared
+        return
+    weights = item_weights(session.items, rounds, rank_rounds)
+    if weights:
+        config.stash[OVERALL] = Overall(weights)
 
 
 def report_root(config) -> Path:

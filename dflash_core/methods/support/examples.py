@@ -11,14 +11,18 @@ spread subset of the trajectories (`fitting.plan_examples`) rather than a few an
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from ...prepare.train import trajectory_taps
+from ...progress import logged
 from ...runtime.drafter import DraftState
 from .common import topk_tensors
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -64,7 +68,8 @@ def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool 
     out = {k: [] for k in ("prev", "labels", "ids", "vals", "logits", "hidden", "context", "tgt")}
     anchors = []
     chosen = range(len(ctx.trajectories)) if trajectories is None else sorted(set(trajectories))
-    for ti in chosen:
+    # one target forward and a drafter pass per anchor: minutes in a default prepare, so it reports progress
+    for ti in logged(chosen, f"fit examples (top-{top_k}, stride {stride})", len(chosen), log):
         seq, plen = ctx.trajectories[ti], ctx.prompt_lens[ti]
         taps, tlog = target_rows(rt, seq, drafter.cfg.taps, with_target)
         st = DraftState(drafter)  # one incremental context per trajectory: drafting never mutates it

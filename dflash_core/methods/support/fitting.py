@@ -11,6 +11,7 @@ many fitters read it.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 
@@ -19,6 +20,8 @@ import torch
 from ...prepare.artifacts import tensor_bytes
 from ...runtime.drafter import parameter_count
 from .examples import DraftExamples, draft_examples
+
+log = logging.getLogger(__name__)
 
 HEAD_TOP_K = 16  # candidates per position the selector heads train on (inference default K=8 is a subset)
 HEAD_TARGET_EXAMPLES = 4096  # enough for aux_steps x 64-example batches; more only slows prepare down
@@ -136,10 +139,24 @@ def split_by_trajectory(anchors, seed: int, fraction: float = HOLDOUT_FRACTION):
 
 # --- head training ------------------------------------------------------------------------------------
 
-def batches(train_idx: torch.Tensor, steps: int, size: int, generator: torch.Generator):
+def batches(train_idx: torch.Tensor, steps: int, size: int, generator: torch.Generator) -> Batches:
     """`steps` batches of `size` rows drawn with replacement from train_idx."""
-    for _ in range(steps):
-        yield train_idx[torch.randint(len(train_idx), (size,), generator=generator)]
+    return Batches(train_idx, steps, size, generator)
+
+
+class Batches:
+    """`batches`' rows, drawn lazily (the generator's draws happen in the same order as a generator function's, so
+    fits are unchanged) and sized, so `train_steps` can report its progress."""
+
+    def __init__(self, train_idx: torch.Tensor, steps: int, size: int, generator: torch.Generator):
+        self.train_idx, self.steps, self.size, self.generator = train_idx, int(steps), size, generator
+
+    def __len__(self) -> int:
+        return self.steps
+
+    def __iter__(self):
+        for _ in range(self.steps):
+            yield self.train_idx[torch.randint(len(self.train_idx), (self.size,), generator=self.generator)]
 
 
 def head_batches(train_idx: torch.Tensor, steps: int, seed: int, size: int = 64):
@@ -150,10 +167,15 @@ def head_batches(train_idx: torch.Tensor, steps: int, seed: int, size: int = 64)
 def train_steps(params, loss_of, row_batches, *, lr: float = 3e-3, weight_decay: float = 0.0,
                 clip: float | None = None) -> list[float]:
     """AdamW over `row_batches`; `loss_of(rows)` returns the loss (None skips the batch). Returns the losses."""
+    from ...progress import logged
+
     params = list(params)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     losses = []
-    for rows in row_batches:
+    # a sized `row_batches` (`batches`) logs progress: prepare fits several heads for minutes without a line
+    steps = logged(row_batches, "fit: optimisation steps", len(row_batches), log) \
+        if hasattr(row_batches, "__len__") else row_batches
+    for rows in steps:
         loss = loss_of(rows)
         if loss is None:
             continue

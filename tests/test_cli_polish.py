@@ -1,0 +1,100 @@
+"""The command line: method choices in help, --version, transformers' noise hidden unless -v, dtype names as the
+CLI spells them, `run`'s speedup against the greedy it runs anyway, and the histogram extra in [dev]."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_core import __main__ as cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "HF_HUB_DISABLE"))}
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **extra)
+    return env
+
+
+def test_version_and_the_parser_import_no_torch():
+    code = ("import sys; from dflash_core.__main__ import build_parser; build_parser(); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "False", out.stderr
+    v = subprocess.run([sys.executable, "-m", "dflash_core", "--version"], env=_env(), capture_output=True,
+                       text=True, timeout=300)
+    from dflash_core import __version__
+
+    assert v.returncode == 0 and v.stdout.strip() == f"dflash-mini-lab {__version__}"
+
+
+def test_run_help_lists_the_method_choices(capsys):
+    from dflash_core.methods import method_ids
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--help"])
+    assert exc.value.code == 0
+    assert ", ".join(method_ids()) in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--method", "fastest", "--prompt", "x", "--tokens", "1"])
+    assert exc.value.code == 2 and "invalid choice: 'fastest'" in capsys.readouterr().err
+
+
+def test_known_fallback_warnings_are_filtered_and_nothing_else():
+    import logging
+
+    from dflash_core.quiet import KERNEL_LOGGER, hide_known_fallbacks
+
+    hide_known_fallbacks()
+    hide_known_fallbacks()  # once is enough: no second filter
+    lg = logging.getLogger(KERNEL_LOGGER)
+    assert len(lg.filters) == 1
+    known = lg.makeRecord(KERNEL_LOGGER, logging.WARNING, "f", 1, "`causal_conv1d_fn` is falling back to its "
+                          "reference PyTorch implementation because `causal_conv1d` is not installed.", None, None)
+    other = lg.makeRecord(KERNEL_LOGGER, logging.WARNING, "f", 1, "Failed to load kernel rms_norm", None, None)
+    assert not lg.filters[0].filter(known) and lg.filters[0].filter(other)
+
+
+@pytest.fixture(scope="module")
+def tiny_lab(tmp_path_factory):
+    from dflash_core.testing import build_tiny_lab
+
+    return build_tiny_lab(tmp_path_factory.mktemp("cli-lab"))
+
+
+def _run(tiny_lab, *extra):
+    argv = [sys.executable, "-m", "dflash_core", "run", "--target", str(tiny_lab["ckpt"]), "--home",
+            str(tiny_lab["home"]), "--method", "dflash", "--prompt", "def f(x):", "--tokens", "8", *extra]
+    return subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+def test_run_json_spells_the_dtype_as_the_cli_and_reports_its_speedup(tiny_lab):
+    proc = _run(tiny_lab, "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout)
+    assert doc["dtype"] == "float32" and doc["exactness"]["verdict"] == "exact"
+    sp = doc["speedup_vs_greedy"]
+    assert sp["speedup"] == pytest.approx(sp["greedy_seconds"] / sp["method_seconds"]) and sp["speedup"] > 0
+    # transformers' weight-loading bar and its causal_conv1d fallback warnings are hidden without -v
+    assert "Loading weights" not in proc.stderr and "causal_conv1d" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_run_prints_its_speedup_and_shows_transformers_noise_with_v(tiny_lab):
+    proc = _run(tiny_lab, "-v")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "speedup vs greedy: " in proc.stderr and "one unpaired decode each" in proc.stderr
+    assert "Loading weights" in proc.stderr and "causal_conv1d" in proc.stderr
+
+
+def test_dev_extra_installs_pytest_benchmarks_histogram_dependencies():
+    """`--benchmark-histogram` / `pytest-benchmark compare --histogram` need pytest-benchmark's histogram extra."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    dev = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
+    assert any(d.replace(" ", "").startswith("pytest-benchmark[histogram]") for d in dev), dev
