@@ -15,7 +15,7 @@ from .errors import BadInputError, DFlashError
 
 # Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
 RUN_OPTIONS = ("target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter")
-PREPARE_OPTIONS = ("target", "revision", "home", "threads", "drafter")
+PREPARE_OPTIONS = ("target", "revision", "home", "threads", "drafter", "train_data", "train_budget")
 BENCH_OPTIONS = ("target", "revision", "home", "device", "dtype", "kernels", "drafter")
 EXPORT_OPTIONS = ("target", "home")
 EXPORT_DRAFTER_OPTIONS = ("target", "revision", "home")
@@ -128,8 +128,13 @@ def cmd_prepare(a) -> int:
     from .prepare.pipeline import prepare
 
     options.resolve(a, PREPARE_OPTIONS)
+    if a.train_data:  # hostile input is refused before any model is built or loaded
+        from .prepare.traindata import load_train_text
+
+        load_train_text(a.train_data, "english")
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
-                  threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter))
+                  threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter, train_data=a.train_data,
+                                                 train_budget=a.train_budget))
     print(out)
     return 0
 

@@ -42,6 +42,14 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _minutes(text: str) -> float:
+    """A number of minutes > 0."""
+    value = float(text)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError("must be a number of minutes > 0")
+    return value
+
+
 def _flag(text: str) -> bool:
     return str(text).strip().lower() in ("1", "true", "yes")
 
@@ -116,6 +124,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("drafter", "DFLASH_DRAFTER", None, "a transformers-format DFlash drafter (directory or hub id) used "
            "instead of training one; prepare fits every method's artifacts on it", cli="--drafter",
            pytest="--drafter", default_text="none: prepare trains one"),
+    Option("train_data", "DFLASH_TRAIN_DATA", None, "training text prepare cuts the train seeds from: a UTF-8 text "
+           "file, a folder of them, a JSONL file with a text field per line, a datasets save_to_disk folder, or a "
+           "datasets hub id from its local cache", cli="--train-data",
+           default_text="the prompt family's shipped corpus"),
+    Option("train_budget", "DFLASH_TRAIN_BUDGET", None, "minutes of drafter training before prepare stops it (the "
+           "best held-out state is kept; the step count still caps it)", type=_minutes, cli="--train-budget",
+           default_text="none: the step count decides"),
     Option("home", "DFLASH_HOME", None, "artifact cache: the mini target, the drafter and the method fits",
            cli="--home", default_text="~/.cache/dflash-mini-lab"),
     Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, cli="--threads",

@@ -101,7 +101,7 @@ def _tiny_training(tcfg: TrainConfig):
 def test_early_stopping_returns_the_best_heldout_state():
     # a large learning rate on 15 short trajectories: held-out accuracy peaks and then falls, so training stops
     tcfg = TrainConfig(steps=120, batch_sequences=4, anchors_per_sequence=4, lr=0.05, warmup=1, val_fraction=0.25,
-                       eval_every=2, patience=5, seed=3)
+                       eval_every=2, patience=5, seed=3, matmul_dtype="float32")
     rt, seqs, drafter, m = _tiny_training(tcfg)
     curve = m["heldout_curve"]
     best = max(c["heldout_mean_accuracy"] for c in curve)
