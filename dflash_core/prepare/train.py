@@ -360,11 +360,13 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     key = _checkpoint_key(data, dcfg, tcfg)
     ckpt = work / CHECKPOINT_FILE if work is not None else None
     resumed = load_checkpoint(ckpt, key) if ckpt is not None else None
+    resumed_step = None
     if resumed is not None:
         drafter.load_state_dict(resumed["drafter"])
         _load_opt_state(opt, resumed["optimizer"])
         gen.set_state(resumed["generator"])
         st = resumed["loop"]
+        resumed_step = st["step"]
         log.info("resuming drafter training from the checkpoint at step %d (%s)", st["step"], ckpt)
     drafter.train()
     bar = Progress("train drafter", tcfg.steps, log, bar=progress)
@@ -465,7 +467,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         "matmul_dtype": str(matmul_dtype).replace("torch.", ""),
         "distilled_top_k": distill,
         "world_size": dist.world_size(),
-        "resumed_from_step": resumed["loop"]["step"] if resumed is not None else None,
+        "resumed_from_step": resumed_step,
         "sequences": len(data),
         "train_sequences": len(train_ids),
         "heldout_sequences": len(val_ids),
