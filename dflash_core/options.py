@@ -18,6 +18,7 @@ from .errors import BadInputError
 DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
 KERNEL_CHOICES = ("auto", "eager", "onednn")
 HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
+BENCH_SIZES = ("auto", "full")
 
 
 def _widths(text: str) -> str:
@@ -164,6 +165,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("race_max", "DFLASH_RACE_MAX", 8, "racing cap: at the ranking width, methods in the leader's rank group "
            "get extra rounds against dflash, up to this many times --bench-rounds in total and at most half the base "
            "matrix's own time (1: no racing)", type=int, minimum=1, pytest="--bench-race-max"),
+    Option("bench_size", "DFLASH_BENCH_SIZE", "auto", "benchmark size: auto (a target over 100M parameters gets "
+           "the real-target defaults, bench.config.REAL_TARGET_DEFAULTS, for every knob not set explicitly: 2 prompts "
+           "x 32 tokens, 2 calibration prompts x 16 tokens, race cap 4) or full (the defaults of this table)",
+           choices=BENCH_SIZES, pytest="--bench-size"),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),
@@ -177,7 +182,7 @@ BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 # BenchConfig fields whose value comes from this table (env, then the pytest option).
 BENCH_FIELDS = ("target", "device", "dtype", "kernels", "threads", "tokens", "rounds", "prompt_limit",
                 "calibration_tokens", "calibration_prompt_limit", "seed", "noise_threshold", "resolution", "race_max",
-                "drafter")
+                "drafter", "bench_size")
 
 
 def option(name: str) -> Option:

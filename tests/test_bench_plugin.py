@@ -78,6 +78,8 @@ def test_each_case_prints_its_result_as_it_finishes(smoke_run):
                      r"(exact|DIVERGED)")
     assert {m.group(1) for ln in lines if (m := pat.match(ln))} == names - {"test_verify_cost"}
     assert any("test_decode[dflash-cpu-w2]: " in ln and " tok/call " in ln and " exact" in ln for ln in lines)
+    decode = [ln for ln in lines if ln.startswith("dflash case test_decode[")]
+    assert decode and all(re.search(r" \(case \d+/\d+, ~[0-9.]+ min of cases left\)$", ln) for ln in decode)  # ETA
 
 
 def test_stable_benchmark_ids(smoke_run):

@@ -91,12 +91,36 @@ def race_line(rec: dict | None) -> str | None:
             + (f"still unresolved: {', '.join(left)}" if left else "the leader is resolved"))
 
 
+CASE_CLOCK = pytest.StashKey[dict]()
+
+
+def eta_note(config, item) -> str:
+    """' (case k/N, ~M min left)' for the decode cases: their count from the collected items, the time per case
+    so far from the first one's start (a real target's matrix runs for tens of minutes)."""
+    import time
+
+    clock = config.stash.setdefault(CASE_CLOCK, {"t0": None, "done": 0})
+    if getattr(item, "originalname", None) != "test_decode":
+        return ""
+    total = sum(1 for i in item.session.items if getattr(i, "originalname", None) == "test_decode")
+    clock["done"] += 1
+    per = (time.perf_counter() - clock["t0"]) / clock["done"] if clock["t0"] is not None else 0.0
+    return f" (case {clock['done']}/{total}, ~{per * (total - clock['done']) / 60:.1f} min of cases left)"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    """`bench` shows dots for minutes otherwise: say each case's result as soon as it is measured."""
+    """`bench` shows dots for minutes otherwise: say each case's result as soon as it is measured, with an ETA."""
+    import time
+
+    clock = item.config.stash.setdefault(CASE_CLOCK, {"t0": None, "done": 0})
+    if clock["t0"] is None and getattr(item, "originalname", None) == "test_decode":
+        clock["t0"] = time.perf_counter()
     yield
     bm = getattr(item, "funcargs", {}).get("benchmark")
     line = case_line(item.name, getattr(bm, "extra_info", None) or {}) if bm is not None else None
+    note = eta_note(item.config, item)
+    line = line + note if line else line
     if getattr(item, "originalname", None) == "test_race":
         line = race_line(getattr(item.config.stash.get(SESSION_STASH, None), "race", None))
     tr = item.config.pluginmanager.get_plugin("terminalreporter")
