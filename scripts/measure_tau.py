@@ -38,12 +38,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--prompts", type=int, default=4, help="benchmark prompts (the bench default is 4)")
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--with-calibration", action="store_true",
+                    help="also the calibration prompts (held out from training as well): a larger, less noisy sample")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(a.threads)
     rt = load_target(a.target, "cpu", "float32", home=a.home)
     prep = load_prepared(rt, home=a.home)
-    prompts = load_prompts(family_for(rt, PrepareConfig())).benchmark[: a.prompts]
+    ps = load_prompts(family_for(rt, PrepareConfig()))
+    prompts = list(ps.benchmark[: a.prompts]) + (list(ps.calibration) if a.with_calibration else [])
     ids = [rt.encode(p) for p in prompts]
     tau = {}
     for w in (int(x) for x in a.widths.split(",")):

@@ -4,7 +4,10 @@ The teacher data (taps and the target's top-k logits captured while generating, 
 them) are generated once; each recipe (a set of TrainConfig overrides) trains a drafter on them with the same
 held-out split, and is scored by the held-out per-position accuracy at continuation anchors (float32, the
 decode's precision) and by plain dflash's tokens per target call on the benchmark prompts at each width
-(`measure_tau`'s figure). Nothing is written into the home.
+(`measure_tau`'s figure): `tau` on the benchmark's default sample (4 prompts x 48 tokens) and `tau_big` on a
+larger one (`--tau-prompts` benchmark prompts, plus the calibration prompts with `--with-calibration`, x `--tokens`),
+since tau over 192 tokens moves by a few target calls between equally good drafters. Nothing is written into the
+home; `--save DIR` keeps each drafter.
 
     python scripts/recipe_variants.py --target mini --home DIR --out recipes.json [--recipes base,cont,distill]
 
@@ -27,12 +30,14 @@ if __package__ in (None, ""):
 
 # name -> TrainConfig overrides. 'old' is the recipe before issue 29 (all anchors, labels only, float32 head).
 RECIPES: dict[str, dict] = {
-    "old": {"anchors": "all", "distill_top_k": 0, "row_sampling": False, "matmul_dtype": "float32"},
-    "cont": {"anchors": "continuation", "distill_top_k": 0, "row_sampling": False, "matmul_dtype": "float32"},
-    "distill": {"anchors": "continuation", "distill_top_k": 8, "row_sampling": False, "matmul_dtype": "float32"},
-    "fast": {"anchors": "continuation", "distill_top_k": 8, "row_sampling": True, "matmul_dtype": "bfloat16"},
-    "fast_labels": {"anchors": "continuation", "distill_top_k": 0, "row_sampling": True, "matmul_dtype": "bfloat16"},
-    "fast_long": {"anchors": "continuation", "distill_top_k": 8, "row_sampling": True, "matmul_dtype": "bfloat16",
+    "old": {"anchors": "all", "distill_top_k": 0, "row_sampling": "off", "matmul_dtype": "float32"},
+    "cont": {"anchors": "continuation", "distill_top_k": 0, "row_sampling": "off", "matmul_dtype": "float32"},
+    "distill": {"anchors": "continuation", "distill_top_k": 8, "row_sampling": "off", "matmul_dtype": "float32"},
+    "fast": {"anchors": "continuation", "distill_top_k": 8, "row_sampling": "on", "matmul_dtype": "bfloat16"},
+    "fast_labels": {"anchors": "continuation", "distill_top_k": 0, "row_sampling": "on", "matmul_dtype": "bfloat16"},
+    "long": {"anchors": "continuation", "distill_top_k": 8, "row_sampling": "off", "matmul_dtype": "float32",
+             "steps": 1200, "patience": 6},
+    "fast_long": {"anchors": "continuation", "distill_top_k": 8, "row_sampling": "on", "matmul_dtype": "bfloat16",
                   "steps": 1200, "patience": 6},
 }
 
@@ -70,9 +75,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--recipes", default="old,cont,distill,fast")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--widths", default="8,12,15,16")
-    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--tokens", type=int, default=96, help="tokens per prompt of the larger tau sample")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="recipe-variants.json")
+    ap.add_argument("--save", default=None, help="folder to save each recipe's drafter in (safetensors)")
+    ap.add_argument("--tau-prompts", type=int, default=6, help="benchmark prompts of the larger tau sample")
+    ap.add_argument("--with-calibration", action="store_true", help="add the calibration prompts (less noise)")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ensure_console_logging()
@@ -94,7 +102,10 @@ def main(argv=None) -> dict:
                          num_layers=base.drafter_layers, num_heads=base.drafter_heads,
                          intermediate_size=base.drafter_intermediate or 2 * rt.hidden_size,
                          mask_token_id=mask_token_for(rt.config))
-    prompts = [rt.encode(p) for p in load_prompts(family).benchmark[:4]]
+    ps = load_prompts(family)
+    prompts = [rt.encode(p) for p in ps.benchmark[:4]]  # the benchmark's default sample (4 prompts x 48 tokens)
+    texts = list(ps.benchmark[: a.tau_prompts]) + (list(ps.calibration) if a.with_calibration else [])
+    big = [rt.encode(p) for p in texts]
     widths = [int(w) for w in a.widths.split(",")]
     embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
     rows = []
@@ -113,10 +124,18 @@ def main(argv=None) -> dict:
         # one yardstick for every recipe: continuation anchors, float32
         acc, _ = eval_accuracy(drafter, embed, head, data, None, val, tcfg.anchors_per_sequence, tcfg.seed + 3,
                                tcfg.batch_sequences, rule="continuation", compute_dtype=torch.float32)
-        tau = tau_per_width(rt, drafter, prompts, a.tokens, widths)
+        tau = tau_per_width(rt, drafter, prompts, 48, widths)
+        tau_big = tau_per_width(rt, drafter, big, a.tokens, widths)
+        if a.save:
+            from safetensors.torch import save_file
+
+            Path(a.save).mkdir(parents=True, exist_ok=True)
+            state = {k: v.contiguous() for k, v in drafter.state_dict().items()}
+            save_file(state, str(Path(a.save) / f"{name}.safetensors"))
         row = {"recipe": name, "overrides": over, "train_seconds": seconds, "steps_run": m["steps_run"],
                "best_step": m["best_step"], "heldout_continuation_accuracy": acc,
-               "heldout_mean": sum(acc) / len(acc), "tau": tau, "best_tau": max(tau.values())}
+               "heldout_mean": sum(acc) / len(acc), "tau": tau, "best_tau": max(tau.values()),
+               "tau_big": tau_big, "best_tau_big": max(tau_big.values())}
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
     doc = {"target": a.target, "teacher_seconds": t_teacher, "sequences": len(teacher), "threads": a.threads,

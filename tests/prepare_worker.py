@@ -59,7 +59,7 @@ def train64():
     dcfg = DrafterConfig(hidden_size=32, vocab_size=64, taps=(1, 3), block_size=4, num_layers=1, num_heads=4,
                          intermediate_size=64)
     tcfg = TrainConfig(steps=30, batch_sequences=6, anchors_per_sequence=4, lr=0.01, warmup=3, eval_every=10,
-                       patience=100, row_sampling=True, seed=5)
+                       patience=100, row_sampling="on", seed=5)
     return train_drafter(rt, seqs, dcfg, tcfg)
 
 

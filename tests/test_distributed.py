@@ -107,3 +107,13 @@ def test_a_killed_prepare_resumes_from_its_last_checkpoint_to_the_same_artifacts
     assert man[0]["drafter"]["resumed_from_step"] == 10 and man[1]["drafter"]["resumed_from_step"] is None
     assert man[0]["files"] == man[1]["files"]  # every artifact byte-identical to the uninterrupted run's
     assert not any(home.glob("work/*/*"))  # the completed run removed what it could resume from
+
+
+def test_ranks_on_one_machine_share_the_threads(monkeypatch):
+    from dflash_core.prepare.distributed import threads_per_rank
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert threads_per_rank(2) == 2  # not launched: as asked
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert threads_per_rank(2) == 1 and threads_per_rank(1) == 1 and threads_per_rank(8) == 4

@@ -44,8 +44,22 @@ def init_from_env(device: str = "cpu") -> bool:
     if not launched():
         return False
     if not d.is_initialized():
-        d.init_process_group(backend="nccl" if str(device).startswith("cuda") else "gloo")
+        from datetime import timedelta
+
+        # Rank 0 alone fits the methods while the others wait at a barrier: minutes on a real target, so the
+        # collectives' timeout is hours, not the default 30 min.
+        d.init_process_group(backend="nccl" if str(device).startswith("cuda") else "gloo", timeout=timedelta(hours=4))
     return True
+
+
+def threads_per_rank(threads: int) -> int:
+    """The torch threads of one rank: `threads` shared by the ranks on this machine (torchrun's LOCAL_WORLD_SIZE),
+    so N ranks with --threads 2 on a 2-core box do not run 2N threads."""
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        local = 1
+    return max(1, threads // max(1, local)) if launched() else threads
 
 
 def barrier() -> None:

@@ -219,7 +219,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         cfg = replace(cfg, train=replace(cfg.train, budget_minutes=float(train_budget)))
     ensure_console_logging()
     dist.init_from_env("cpu")
-    with torch_threads(cfg.threads), home_lock(home, wait_message="another prepare is running"):
+    with torch_threads(dist.threads_per_rank(cfg.threads)), home_lock(home, wait_message="another prepare is running"):
         return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt,
                         accept_recorded=accept_recorded, drafter=drafter)
 

@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 MATMUL_DTYPES = ("auto", "float32", "bfloat16")
 ANCHOR_RULES = ("continuation", "all")
 CHECKPOINT_FILE = "train-checkpoint.safetensors"
+# Where the head dominates a training step (scripts/profile_train_step.py): at the mini's vocab 2,048 bf16 and
+# sampled head rows save nothing (355 vs 365 ms per step) and cost held-out accuracy (0.50 against 0.55 at 600
+# steps, docs/real-targets.md); at 49k-65k they make a step 4-5x cheaper.
+LARGE_VOCAB = 16384
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,12 @@ class TrainConfig:
     anchors: str = "all"  # 'continuation': anchors only where the labels are the target's own tokens
     distill_top_k: int = 0  # > 0: soft targets from the target's top-k logits (teacher pass), mixed with the label
     distill_weight: float = 0.5  # share of the target's top-k distribution in the soft target
-    matmul_dtype: str = "auto"  # training matmuls (head + drafter autocast): auto = bfloat16 where the CPU has it
+    matmul_dtype: str = "auto"  # training matmuls (head + drafter autocast): auto = bfloat16 at a real vocabulary
+    # (>= LARGE_VOCAB) on a CPU with native bf16, else float32
     budget_minutes: float | None = None  # stop (best held-out state kept) after this much training time
     checkpoint_every: int = 50  # steps between training checkpoints (with a work directory; 0: none)
-    row_sampling: bool = False  # importance-sample the block rows that reach the head (see `sample_rows`)
+    row_sampling: str = "auto"  # importance-sample the block rows that reach the head (`sample_rows`): on, off, or
+    # auto = on at a real vocabulary (>= LARGE_VOCAB), where the head dominates a step
 
 
 def matmul_autocast(dtype: torch.dtype):
@@ -77,11 +83,19 @@ def matmul_autocast(dtype: torch.dtype):
     return contextlib.nullcontext()
 
 
-def resolve_matmul_dtype(name: str) -> torch.dtype:
-    """'auto': bfloat16 on CPUs with native bf16 dot products (several times faster there), else float32."""
+def resolve_matmul_dtype(name: str, vocab: int) -> torch.dtype:
+    """'auto': bfloat16 at a real vocabulary on CPUs with native bf16 dot products (several times faster there),
+    else float32."""
     if name == "auto":
-        return torch.bfloat16 if bf16_matmul_is_fast() else torch.float32
+        return torch.bfloat16 if vocab >= LARGE_VOCAB and bf16_matmul_is_fast() else torch.float32
     return getattr(torch, name)
+
+
+def resolve_row_sampling(value, vocab: int) -> bool:
+    """'auto': sample the head rows at a real vocabulary only; 'on'/'off' (or a bool) as given."""
+    if value == "auto":
+        return vocab >= LARGE_VOCAB
+    return value in (True, "on")
 
 
 # --- teacher data (kept here for the callers that predate `teacher`) -----------------------------------
@@ -340,7 +354,8 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     data = teacher.select([i for i, s in enumerate(teacher.sequences) if len(s) > B + 2])
     if data.taps is None or data.tap_layers not in ((), tuple(dcfg.taps)):
         data.taps = trajectories_taps(rt, data.sequences, dcfg.taps, progress=progress)
-    matmul_dtype = resolve_matmul_dtype(tcfg.matmul_dtype) if rt.dtype == torch.float32 else rt.dtype
+    matmul_dtype = resolve_matmul_dtype(tcfg.matmul_dtype, dcfg.vocab_size) if rt.dtype == torch.float32 else rt.dtype
+    row_sampling = resolve_row_sampling(tcfg.row_sampling, dcfg.vocab_size)
     distill = tcfg.distill_top_k if data.top_ids is not None else 0
     train_ids, val_ids = split_trajectories(len(data), tcfg.seed, tcfg.val_fraction)
     if len(val_ids) > tcfg.val_sequences:
@@ -402,7 +417,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         idx = [train_ids[i] for i in
                torch.randint(len(train_ids), (min(tcfg.batch_sequences, len(train_ids)),), generator=gen).tolist()]
         anc = draw_anchors(data, idx, tcfg.anchors_per_sequence, B, tcfg.anchors, gen)
-        keep = sample_rows(len(idx), anc.shape[1], B, tcfg.gamma, gen) if tcfg.row_sampling else None
+        keep = sample_rows(len(idx), anc.shape[1], B, tcfg.gamma, gen) if row_sampling else None
         r, w = dist.rank(), dist.world_size()
         mine = list(range(r, len(idx), w))  # this rank's share of the global batch
         if mine:
@@ -465,6 +480,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     metrics = {
         "train_config": asdict(tcfg),
         "matmul_dtype": str(matmul_dtype).replace("torch.", ""),
+        "row_sampling": row_sampling,
         "distilled_top_k": distill,
         "world_size": dist.world_size(),
         "resumed_from_step": resumed_step,
