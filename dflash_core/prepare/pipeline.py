@@ -40,9 +40,9 @@ from .train import TrainConfig
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
-RECIPE = ("2026-12-01a: taps and top-k from the teacher pass, chunked exact loss, bf16 matmuls where native, "
-          "shipped training text for every target (issue 29)")
-DEFAULTS_SHA256 = "b44531f94d98f93b8f41c82c89dcb578f2a60445938c619dab2bc34dffa154db"
+RECIPE = ("2026-12-01b: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
+          "vocab >= 16384, shipped training text for every target (issue 29)")
+DEFAULTS_SHA256 = "567524de51bd70a9231a161b94e26656606c99c022ee319b9411d1f15c568148"
 
 
 @dataclass(frozen=True)
