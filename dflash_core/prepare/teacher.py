@@ -139,21 +139,18 @@ def _key(prompts, new_tokens, taps, top_k) -> str:
 
 
 def save_rows(path: Path, rows: dict, key: str) -> None:
-    """Rows {index: (sequence, taps, top values, top ids)} as one safetensors file: flat tensors, row counts and
-    sequences in the metadata. Written straight to a temporary file and renamed (no in-memory copy of gigabytes
-    of taps, and a kill mid-write leaves no file under the final name)."""
+    """Rows {index: (sequence, taps, top values, top ids)} as one safetensors file: one tensor per row and kind
+    (no concatenated copy of gigabytes of taps), sequences in the metadata. Written straight to a temporary file
+    and renamed, so a kill mid-write leaves no file under the final name."""
     import os
     import secrets
 
     from safetensors.torch import save_file
 
     order = sorted(rows)
-    meta: dict = {"key": key, "index": order, "sequences": [list(map(int, rows[i][0])) for i in order]}
-    tensors = {}
-    for j, name in ((1, "taps"), (2, "top_logits"), (3, "top_ids")):
-        if order and rows[order[0]][j] is not None:
-            tensors[name] = torch.cat([rows[i][j] for i in order])
-            meta[name + "_rows"] = [int(rows[i][j].shape[0]) for i in order]
+    meta = {"key": key, "index": order, "sequences": [list(map(int, rows[i][0])) for i in order]}
+    tensors = {f"{name}/{r}": rows[i][j] for j, name in ((1, "taps"), (2, "top_logits"), (3, "top_ids"))
+               for r, i in enumerate(order) if rows[i][j] is not None}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
     try:
@@ -174,10 +171,11 @@ def load_rows(path: Path, key: str) -> dict | None:
             meta = json.loads((f.metadata() or {})["teacher"])
             if meta.get("key") != key:
                 return None
-            cols = {n: list(torch.split(f.get_tensor(n), meta[n + "_rows"])) for n in f.keys()}
+            names = ("taps", "top_logits", "top_ids")
+            have = set(f.keys())
+            return {i: (meta["sequences"][r], *(f.get_tensor(f"{n}/{r}") if f"{n}/{r}" in have else None
+                                                for n in names))
+                    for r, i in enumerate(meta["index"])}
     except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as exc:
         log.warning("ignoring unreadable teacher data %s: %s", path, exc)
         return None
-    names = ("taps", "top_logits", "top_ids")
-    return {i: (meta["sequences"][r], *(cols[n][r] if n in cols else None for n in names))
-            for r, i in enumerate(meta["index"])}
