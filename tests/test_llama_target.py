@@ -71,3 +71,20 @@ def test_every_method_is_exact_on_a_prepared_llama(llama_lab):
             for w in (1, 4):
                 got, _ = speculative(rt, get_method(method).build(rt, prep), prompt, 24, w, method=method)
                 assert got == ref, (method, w)
+
+
+def test_the_assisted_decoding_peer_builds_for_a_llama(llama_lab):
+    """The benchmark's assisted-decoding reference truncates the target to its first half of layers; a Llama
+    config has no per-layer kinds to truncate (it failed with AttributeError on SmolLM2)."""
+    import torch
+
+    from dflash_core.bench.peers import early_exit_assistant
+    from dflash_core.runtime.target import load_target
+
+    rt = load_target(str(llama_lab / "ckpt"), "cpu", "float32")
+    m = early_exit_assistant(rt)
+    assert len(m.model.layers) == m.config.num_hidden_layers == 2 and rt.num_layers == 4
+    out = rt.model.generate(torch.tensor([[5, 6, 7]]), max_new_tokens=6, do_sample=False, assistant_model=m,
+                            pad_token_id=0)
+    ref, _ = greedy(rt, [5, 6, 7], 6)
+    assert out[0, 3:].tolist() == ref
