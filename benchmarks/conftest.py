@@ -56,7 +56,24 @@ def bench_config(config):
     kw = {name: config.getoption(option(name).pytest) for name in BENCH_FIELDS}
     return BenchConfig(smoke=config.getoption("--smoke"), tune=config.getoption("--tune"),
                        references=not config.getoption("--no-references"),
-                       calibration_widths=tuple(given_widths(config)), **kw).sized()
+                       calibration_widths=tuple(given_widths(config)), explicit=explicit_knobs(config), **kw).sized()
+
+
+def explicit_knobs(config) -> tuple[str, ...]:
+    """The BenchConfig fields the user set: on the command line (`--opt v` or `--opt=v`) or in the environment.
+    `--bench-size auto` resizes only the others for a large target (BenchConfig.sized_for)."""
+    import os
+
+    from dflash_core.options import BENCH_FIELDS, option
+
+    args = [str(a) for a in config.invocation_params.args]
+    out = []
+    for name in BENCH_FIELDS:
+        o = option(name)
+        given = o.pytest and any(a == o.pytest or a.startswith(o.pytest + "=") for a in args)
+        if given or (o.env and os.environ.get(o.env, "").strip()):
+            out.append(name)
+    return tuple(out)
 
 
 def given_widths(config) -> list[int]:

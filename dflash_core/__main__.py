@@ -188,8 +188,13 @@ def cmd_prepare(a) -> int:
 
     _resolve(a, PREPARE_OPTIONS)
     _quiet(a)
+    if a.train_data:  # hostile input is refused before any model is built or loaded
+        from .prepare.traindata import load_train_text
+
+        load_train_text(a.train_data, "english")
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
-                  threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter))
+                  threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter, train_data=a.train_data,
+                                                 train_budget=a.train_budget))
     print(out)
     return 0
 

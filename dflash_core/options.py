@@ -19,6 +19,7 @@ DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
 KERNEL_CHOICES = ("auto", "eager", "onednn")
 HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
 MAX_THREADS = 256
+BENCH_SIZES = ("auto", "full")
 
 
 def _widths(text: str) -> str:
@@ -52,6 +53,14 @@ def _saved_run(text: str) -> str:
     path = resolve_source(str(text).strip())
     read_source(path)
     return str(path.resolve())
+
+
+def _minutes(text: str) -> float:
+    """A number of minutes > 0."""
+    value = float(text)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError("must be a number of minutes > 0")
+    return value
 
 
 def _flag(text: str) -> bool:
@@ -145,6 +154,13 @@ OPTIONS: tuple[Option, ...] = (
            "artifact key); recorded in the target's metadata and benchmark.json", type=int, minimum=0,
            cli="--mini-seed", default_text="none: the standard mini target (training seed 1234, targets/mini)",
            commands=RUNS + ("bench", "export")),
+    Option("train_data", "DFLASH_TRAIN_DATA", None, "training text prepare cuts the train seeds from: a UTF-8 text "
+           "file, a folder of them, a JSONL file with a text field per line, a datasets save_to_disk folder, or a "
+           "datasets hub id from its local cache", cli="--train-data",
+           default_text="the prompt family's shipped corpus", commands=("prepare",)),
+    Option("train_budget", "DFLASH_TRAIN_BUDGET", None, "minutes of drafter training before prepare stops it (the "
+           "best held-out state is kept; the step count still caps it)", type=_minutes, cli="--train-budget",
+           default_text="none: the step count decides", commands=("prepare",)),
     Option("home", "DFLASH_HOME", "~/.cache/dflash-mini-lab", "artifact cache: the mini target, the drafter and the "
            "method fits", cli="--home", commands=RUNS + ("bench", "export", "import", "export-drafter")),
     # 256: far above any CPU the lab runs on; torch creates the threads it is asked for (1,000,000 hung the run).
@@ -187,6 +203,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("rank_rounds", "DFLASH_RANK_ROUNDS", 16, "ranking rounds: every exact speculative case at the ranking "
            "width gets this many rounds against plain dflash, fixed before the run (no racing)", type=int,
            minimum=2, pytest="--bench-rank-rounds", bench=True),
+    Option("bench_size", "DFLASH_BENCH_SIZE", "auto", "benchmark size: auto (a target over 100M parameters gets "
+           "the real-target defaults, bench.config.REAL_TARGET_DEFAULTS, for every knob not set explicitly: 2 prompts "
+           "x 32 tokens, 2 calibration prompts x 16 tokens, 6 ranking rounds) or full (the defaults of this table)",
+           choices=BENCH_SIZES, pytest="--bench-size", bench=True),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),

@@ -246,7 +246,7 @@ def test_truncated_weights_without_a_manifest_are_a_clear_error(tmp_path):
 @pytest.mark.parametrize("doc", [[], "files", {"format_version": 1, "files": ["drafter.pt"]},
                                  {"format_version": 1, "files": {"drafter.pt": "abc"}}])
 def test_wrong_shape_manifest_is_an_artifact_error_and_prepare_repairs_it(lab, tmp_path, doc, monkeypatch):
-    from dflash_core.prepare import train
+    from dflash_core.prepare import teacher
 
     home, out = _home_copy(lab, tmp_path)
     (out / MANIFEST).write_text(json.dumps(doc))
@@ -260,7 +260,7 @@ def test_wrong_shape_manifest_is_an_artifact_error_and_prepare_repairs_it(lab, t
     def stop(*a, **k):
         raise Rebuilt
 
-    monkeypatch.setattr(train, "trajectories", stop)  # prepare starts the rebuild: enough to show it repairs
+    monkeypatch.setattr(teacher, "teacher_data", stop)  # prepare starts the rebuild: enough to show it repairs
     with pytest.raises(Rebuilt):
         prepare(str(lab["ckpt"]), home=home, cfg=CFG, rt=rt, progress=False)
 
@@ -390,7 +390,7 @@ def test_reader_waits_for_the_writer_instead_of_reporting_corruption(lab, tmp_pa
 def test_prepare_honours_threads_and_restores_the_callers(lab, tmp_path, monkeypatch):
     import torch
 
-    from dflash_core.prepare import train
+    from dflash_core.prepare import teacher
 
     home, _ = _home_copy(lab, tmp_path)
     seen = []
@@ -402,7 +402,7 @@ def test_prepare_honours_threads_and_restores_the_callers(lab, tmp_path, monkeyp
         seen.append(torch.get_num_threads())
         raise Stop
 
-    monkeypatch.setattr(train, "trajectories", spy)
+    monkeypatch.setattr(teacher, "teacher_data", spy)
     prev = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -417,7 +417,7 @@ def test_prepare_honours_threads_and_restores_the_callers(lab, tmp_path, monkeyp
 
 
 def test_artifacts_of_another_prepare_config_are_not_verified(lab, tmp_path, monkeypatch, caplog):
-    from dflash_core.prepare import train
+    from dflash_core.prepare import teacher
 
     home, _ = _home_copy(lab, tmp_path)
 
@@ -427,12 +427,11 @@ def test_artifacts_of_another_prepare_config_are_not_verified(lab, tmp_path, mon
     def stop(*a, **k):
         raise Rebuilt
 
-    # the rebuild trains the drafter again; the teacher trajectories do not depend on aux_steps and are reused
-    monkeypatch.setattr(train, "train_drafter", stop)
+    # a rebuild for another aux_steps generates the teacher data again (its resume folder is keyed by the config)
+    monkeypatch.setattr(teacher, "teacher_data", stop)
     other = replace(CFG, aux_steps=CFG.aux_steps + 1)
     with caplog.at_level(logging.INFO, logger="dflash_core"), pytest.raises(Rebuilt):
         prepare(str(lab["ckpt"]), home=home, cfg=other, progress=False)
     assert "another prepare config" in caplog.text and "aux_steps" in caplog.text
-    assert "teacher trajectories: reusing the " in caplog.text
 
 

@@ -132,6 +132,31 @@ def test_prepare_honours_threads(clean_env, recorders, monkeypatch, argv, env):
     assert threads == 3
 
 
+@pytest.mark.parametrize("argv,env", [(["--train-data", "DATA", "--train-budget", "12.5"], {}),
+                                      ([], {"DFLASH_TRAIN_DATA": "DATA", "DFLASH_TRAIN_BUDGET": "12.5"})])
+def test_prepare_passes_train_data_and_budget(clean_env, recorders, monkeypatch, tmp_path, argv, env):
+    data = tmp_path / "text.txt"
+    data.write_text("A line of training text that is long enough.\n", encoding="utf-8")
+    for var, value in env.items():
+        monkeypatch.setenv(var, value.replace("DATA", str(data)))
+    assert cli.main(["prepare", *[str(data) if x == "DATA" else x for x in argv]]) == 0
+    (call,) = recorders["prepare"]
+    assert call["train_data"] == str(data) and call["train_budget"] == 12.5
+
+
+@pytest.mark.parametrize("argv,message", [(["--train-data", "/no/such/file.txt"], "no such file"),
+                                          (["--train-budget", "0"], "must be a number of minutes > 0")])
+def test_prepare_refuses_bad_train_data_before_anything_is_built(clean_env, recorders, capsys, argv, message):
+    try:
+        rc = cli.main(["prepare", *argv])
+    except SystemExit as exc:  # argparse's usage error for a bad option value
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and message in err and (err.startswith("error: ") or "usage:" in err)
+    assert recorders["prepare"] == [] and recorders["load_target"] == []
+    assert list(clean_env.iterdir()) == []
+
+
 RUN = ["run", "--method", "dflash", "--prompt", "def f(x):", "--tokens", "4"]
 BAD_RUNS = {
     "cuda without CUDA": (["--device", "cuda"], "CUDA is not available"),

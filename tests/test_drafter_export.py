@@ -311,12 +311,12 @@ def _broken(exported, tmp_path, **changes):
     ({"model_type": "llama"}, r"model_type 'llama'"),
 ])
 def test_an_incompatible_drafter_is_refused(tiny_prepared, exported, tmp_path, changes, message):
-    from dflash_core.prepare import train
+    from dflash_core.prepare import teacher
 
     bad = _broken(exported, tmp_path, **changes)
     rt32 = load_target(str(tiny_prepared.path), "cpu", "float32")
     mp = pytest.MonkeyPatch()
-    mp.setattr(train, "trajectories", lambda *a, **k: pytest.fail("refused only after work began"))
+    mp.setattr(teacher, "teacher_data", lambda *a, **k: pytest.fail("refused only after work began"))
     try:
         with pytest.raises(BadInputError, match=message) as exc:
             prepare(str(tiny_prepared.path), home=tmp_path / "home", cfg=replace(tiny_prepare_config()), rt=rt32,

@@ -153,11 +153,12 @@ def test_train_seeds_refuse_a_planted_benchmark_prompt(monkeypatch):
     from dflash_core.prepare.pipeline import PrepareConfig, train_seed_ids
 
     ps = load_prompts("code")
-    assert len(train_seed_ids(_ByteRuntime(), PrepareConfig(), "code")) == len(ps.train)  # the shipped seeds pass
+    only_family = PrepareConfig(corpus_seeds=0)  # the family's own seeds, no training text cut
+    assert len(train_seed_ids(_ByteRuntime(), only_family, "code")) == len(ps.train)  # the shipped seeds pass
     planted = replace(ps, train=(*ps.train, BENCH[2].replace("    ", "\t")))  # a whitespace variant
     monkeypatch.setattr(data, "load_prompts", lambda family: planted)
     with pytest.raises(BadInputError, match="'code' train seeds"):
-        train_seed_ids(_ByteRuntime(), PrepareConfig(), "code")
+        train_seed_ids(_ByteRuntime(), only_family, "code")
 
 
 def test_a_corpus_line_is_refused_as_corpus_and_as_cut_seed(monkeypatch):
@@ -199,20 +200,20 @@ def _planted(rt, tail_from):
 
 
 def test_prepare_drops_and_counts_a_leaking_trajectory(tok_lab, monkeypatch):
-    from dflash_core.prepare import train
+    from dflash_core.prepare import teacher
     from dflash_core.prepare.pipeline import TRAJ_FILE, prepare
     from dflash_core.testing import tiny_prepare_config
 
     root, rt = tok_lab
-    real = train.trajectories
+    real = teacher.teacher_data
     planted = {}
 
-    def trajectories_with_a_leak(rt_, seeds, n, progress=False):
-        out = real(rt_, seeds, n, progress=progress)
-        out[1] = planted["seq"] = _planted(rt_, out[1])
-        return out
+    def teacher_with_a_leak(rt_, seeds, n, *args, **kwargs):
+        data = real(rt_, seeds, n, *args, **kwargs)
+        data.sequences[1] = planted["seq"] = _planted(rt_, data.sequences[1])
+        return data
 
-    monkeypatch.setattr(train, "trajectories", trajectories_with_a_leak)
+    monkeypatch.setattr(teacher, "teacher_data", teacher_with_a_leak)
     small = tiny_prepare_config()  # every fitter still runs, only shorter: this test is about the data
     small = replace(small, traj_tokens=12, aux_steps=2, aux_max_examples=32, train=replace(small.train, steps=3))
     out = prepare(str(root / "ckpt"), home=root / "home", cfg=small, rt=rt, progress=False)

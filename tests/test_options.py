@@ -94,7 +94,8 @@ def test_bench_config_reads_every_knob_from_the_environment(monkeypatch, tmp_pat
               "DFLASH_PROMPT_LIMIT": "2", "DFLASH_CALIBRATION_TOKENS": "9", "DFLASH_CALIBRATION_PROMPT_LIMIT": "1",
               "DFLASH_BENCH_SEED": "4", "DFLASH_NOISE_THRESHOLD": "0.1", "DFLASH_RESOLUTION": "0.02",
               "DFLASH_RANK_ROUNDS": "6",
-              "DFLASH_DRAFTER": "/some/drafter", "DFLASH_CALIBRATION_FROM": str(run.resolve())}
+              "DFLASH_DRAFTER": "/some/drafter", "DFLASH_CALIBRATION_FROM": str(run.resolve()),
+              "DFLASH_BENCH_SIZE": "full"}
     for var, value in values.items():
         monkeypatch.setenv(var, value)
     cfg = BenchConfig.from_env(tokens=11)

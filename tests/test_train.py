@@ -101,7 +101,7 @@ def _tiny_training(tcfg: TrainConfig):
 def test_early_stopping_returns_the_best_heldout_state():
     # a large learning rate on 15 short trajectories: held-out accuracy peaks and then falls, so training stops
     tcfg = TrainConfig(steps=120, batch_sequences=4, anchors_per_sequence=4, lr=0.05, warmup=1, val_fraction=0.25,
-                       eval_every=2, patience=5, seed=3)
+                       eval_every=2, patience=5, seed=3, matmul_dtype="float32")
     rt, seqs, drafter, m = _tiny_training(tcfg)
     curve = m["heldout_curve"]
     best = max(c["heldout_mean_accuracy"] for c in curve)
@@ -117,3 +117,40 @@ def test_early_stopping_returns_the_best_heldout_state():
     assert acc == m["heldout_position_accuracy"]  # the returned drafter is the best one, not the last one
     assert sum(acc) / len(acc) == best
     assert len(m["train_position_accuracy"]) == drafter.cfg.block_size
+
+
+def test_a_training_budget_stops_training_and_keeps_the_best_state():
+    # 0.001 min = 60 ms: spent within the first steps, whatever the machine
+    tcfg = TrainConfig(steps=500, batch_sequences=4, anchors_per_sequence=4, warmup=1, val_fraction=0.25,
+                       eval_every=100, budget_minutes=0.001, matmul_dtype="float32")
+    rt, seqs, drafter, m = _tiny_training(tcfg)
+    assert m["steps_run"] < tcfg.steps and "budget" in m["stopped"]
+    assert m["heldout_curve"] and m["heldout_curve"][-1]["step"] == m["steps_run"]  # evaluated when it stopped
+    assert m["best_step"] <= m["steps_run"] and m["heldout_position_accuracy"] is not None
+
+
+def test_continuation_anchors_start_at_the_last_prompt_token():
+    from dflash_core.prepare.train import anchor_range
+
+    assert anchor_range(40, 10, 4, "continuation") == (9, 35)
+    assert anchor_range(40, 10, 4, "all") == (1, 35)
+    assert anchor_range(12, 10, 4, "continuation") == (1, 7)  # no continuation anchor fits: every anchor
+
+
+def test_soft_targets_mix_the_label_with_the_targets_top_k_where_recorded():
+    from dflash_core.prepare.teacher import TeacherData
+    from dflash_core.prepare.train import soft_targets
+
+    seq = list(range(1, 13))  # prompt of 4 tokens, 8 generated: teacher rows 3..10 predict tokens 4..11
+    top_ids = torch.tensor([[t + 2, 99, 98] for t in range(3, 11)])  # row t predicts seq[t + 1] = t + 2
+    top_logits = torch.tensor([[2.0, 1.0, 0.0]] * 8)
+    data = TeacherData([seq], [4], None, [top_logits], [top_ids])
+    anc = torch.tensor([[1, 5]])  # anchor 1 has rows 1..3: only row 3 is a teacher row; anchor 5: all are
+    labels = torch.tensor(seq).unfold(0, 3, 1)[anc[0] + 1].unsqueeze(0)
+    ids, probs = soft_targets(data, [0], anc, labels, 3, 3, 0.5)
+    assert ids.shape == probs.shape == (1, 2, 3, 4)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(1, 2, 3))
+    soft = 0.5 * torch.softmax(torch.tensor([2.0, 1.0, 0.0]), -1)
+    torch.testing.assert_close(probs[0, 0, :2], torch.tensor([[1.0, 0, 0, 0]] * 2))  # prompt rows: the label
+    torch.testing.assert_close(probs[0, 0, 2], torch.cat([torch.tensor([0.5]), soft]))
+    assert torch.equal(ids[0, 1, :, 1], torch.tensor([7, 8, 9])) and torch.equal(ids[0, 1, :, 0], labels[0, 1])

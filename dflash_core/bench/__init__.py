@@ -1,2 +1,2 @@
-"""One measurement: the benchmark session, paired rounds, cases, calibration, the cost model, racing,
-mechanism activity, peer rows and the one statistics module the report reads."""
+"""One measurement: the benchmark session, paired rounds, cases, calibration, the cost model, the selection of
+the fastest, mechanism activity, peer rows and the one statistics module the report reads."""

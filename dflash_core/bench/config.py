@@ -3,10 +3,22 @@ come from the options table, so the CLI, both conftests and the session agree on
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..options import BENCH_FIELDS, env_value, option
+
+# A target over REAL_TARGET_PARAMETERS parameters (a real checkpoint: SmolLM2-135M, LFM2.5-350M) costs 60-65 ms
+# per greedy token on 2 cores against the mini target's ~9 ms, so the mini's default matrix (4 prompts x 48
+# tokens, ~9 min there) would take about an hour. With `--bench-size auto` (the default) every knob below that the
+# user did not set (option or environment) takes these values: the benchmark decodes 64 tokens per leg instead of
+# 192, so the matrix (every method at the two `auto` widths, 3 paired rounds, 6 ranking rounds) costs about
+# what the mini's does per round x 2.5, ~25 min on 2 cores (docs/real-targets.md). `--bench-size full` keeps the
+# table's defaults; `--bench-widths 1,2,4,8 --bench-prompts 6 --bench-tokens 64` is the full matrix.
+REAL_TARGET_PARAMETERS = 100_000_000
+# rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (bench/stats.MIN_LABELLED_N)
+REAL_TARGET_DEFAULTS = {"tokens": 32, "prompt_limit": 2, "calibration_tokens": 16, "calibration_prompt_limit": 2,
+                        "rank_rounds": 6}
 
 
 def _default(name: str):
@@ -36,6 +48,9 @@ class BenchConfig:
     rank_rounds: int = _default("rank_rounds")  # fixed rounds per case at the ranking width (bench.schedule)
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     calibration_from: str | None = _default("calibration_from")  # reuse a saved run's widths and options (reuse)
+    bench_size: str = _default("bench_size")  # auto: real-target defaults for a large target (`sized_for`)
+    explicit: tuple[str, ...] = ()  # fields the user set (option or environment): never resized
+    resized: tuple[str, ...] = ()  # fields `sized_for` replaced (recorded in the report's settings)
     smoke: bool = False
     tune: bool = False
     references: bool = True
@@ -56,6 +71,14 @@ class BenchConfig:
         return replace(self, tokens=8, prompt_limit=1, rounds=1, rank_rounds=min(self.rank_rounds, 4),
                        calibration_tokens=8, calibration_prompt_limit=1,
                        calibration_repeats=1, calibration_widths=tuple(self.calibration_widths))
+
+    def sized_for(self, parameters: int | None) -> "BenchConfig":
+        """The real-target defaults (REAL_TARGET_DEFAULTS) for every knob not set explicitly, when the target has
+        more than REAL_TARGET_PARAMETERS parameters and the size is `auto` (not under --smoke)."""
+        if self.bench_size != "auto" or self.smoke or not parameters or parameters <= REAL_TARGET_PARAMETERS:
+            return self
+        over = {k: v for k, v in REAL_TARGET_DEFAULTS.items() if k not in self.explicit}
+        return replace(self, **over, resized=tuple(sorted(over)))
 
     def to_dict(self) -> dict:
         return asdict(self)

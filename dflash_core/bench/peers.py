@@ -38,7 +38,8 @@ def early_exit_assistant(rt, layers: int | None = None):
     m = copy.deepcopy(rt.model)
     m.model.layers = torch.nn.ModuleList(list(m.model.layers)[:n])
     m.config.num_hidden_layers = n
-    m.config.layer_types = list(m.config.layer_types)[:n]
+    if getattr(m.config, "layer_types", None) is not None:  # LFM2's per-layer kinds; a Llama config has none
+        m.config.layer_types = list(m.config.layer_types)[:n]
     return m.eval()
 
 

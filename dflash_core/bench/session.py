@@ -5,6 +5,7 @@ benchmark.json, the only thing the report builder reads of the session."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,8 @@ from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
 from .calibration import auto_widths, calibrate_all, calibration_context, calibration_widths, ranking_width
 from .config import BenchConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -146,6 +149,11 @@ def _open(cfg: BenchConfig) -> BenchSession:
     where = {"revision": rev} if (rev := env_value("revision")) else {}
     prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
     rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels, **where)
+    cfg = cfg.sized_for(rt.info.get("parameters"))  # a real target: the real-target defaults (bench.config)
+    if cfg.resized:
+        log.info(
+            "target of %s parameters: real-target benchmark defaults for %s (--bench-size full keeps the table's)",
+            f"{rt.info.get('parameters'):,}", ", ".join(f"{k}={getattr(cfg, k)}" for k in cfg.resized))
     prepared = load_prepared(rt, drafter=cfg.drafter)
     family = family_for(rt, PrepareConfig())
     ps = load_prompts(family)

@@ -265,10 +265,19 @@ _LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held
 def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     """Hold the home's lock (reentrant in one thread). A second process or thread waits for the holder,
     so a reader never sees a half-rewritten home and never races a rebuild. The outermost holder first repairs
-    what a killed `import` left (`bundle.recover_imports`), so no command sees a home without its artifacts."""
+    what a killed `import` left (`bundle.recover_imports`), so no command sees a home without its artifacts.
+
+    In a torchrun group only rank 0 takes it: it holds it for the group (the other ranks write nothing and
+    read only after a barrier that follows rank 0's writes), so ranks never wait on each other's lock."""
     import logging
 
     from filelock import FileLock, Timeout
+
+    from .distributed import rank
+
+    if rank() > 0:
+        yield
+        return
 
     path = home_lock_path(home)
     try:

@@ -46,10 +46,21 @@ _LAYER_KEY = re.compile(r"layers\.(\d+)\.(.+)")
 
 
 def mask_token_for(config) -> int:
-    """The mask token prepare trains with: the target's pad token (never in text), else id 0."""
-    pad = getattr(config, "pad_token_id", None)
+    """The mask token prepare trains with: the target's pad token when it is a token of its own (never in text),
+    else its unk token, else id 0. Llama-family checkpoints often reuse EOS (or BOS) as pad (SmolLM2: pad = eos =
+    <|im_end|>), which does occur in teacher trajectories, so such a pad is passed over."""
     vocab = int(config.vocab_size)
-    return int(pad) if isinstance(pad, int) and 0 <= pad < vocab else 0
+
+    def ids(name):
+        v = getattr(config, name, None)
+        return set(v) if isinstance(v, (list, tuple)) else {v}
+
+    taken = ids("eos_token_id") | ids("bos_token_id")
+    for name in ("pad_token_id", "unk_token_id"):
+        v = getattr(config, name, None)
+        if isinstance(v, int) and 0 <= v < vocab and v not in taken:
+            return int(v)
+    return 0
 
 
 def _rename(name: str, table_top: dict, table_layer: dict) -> str:

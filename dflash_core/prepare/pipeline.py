@@ -40,8 +40,9 @@ from .train import TrainConfig
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
-RECIPE = "2026-11-30c: block 16 drafter (the real decode: tau 4.92 at width 16 vs 4.47-4.57 for block 8)"
-DEFAULTS_SHA256 = "4002e19a08d5035af8e7ff1afff52639b1233549f989d9d3f1c0bbcc0d83af38"
+RECIPE = ("2026-12-01b: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
+          "vocab >= 16384, shipped training text for every target (issue 29)")
+DEFAULTS_SHA256 = "567524de51bd70a9231a161b94e26656606c99c022ee319b9411d1f15c568148"
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class PrepareConfig:
     drafter_layers: int = 1
     drafter_heads: int = 4
     drafter_intermediate: int | None = None  # None: 2 x target hidden
+    train_data: str | None = None  # --train-data: where train seeds are cut from (None: the family's shipped corpus)
     train: TrainConfig = field(default_factory=TrainConfig)
     aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
     aux_max_examples: int | None = None  # cap on draft examples used by the fits (None: all)
@@ -81,16 +83,19 @@ def family_for(rt, cfg: PrepareConfig) -> str:
     return getattr(rt, "info", {}).get("family") or "english"
 
 
-def train_seed_ids(rt, cfg: PrepareConfig, family: str) -> list[list[int]]:
-    """Encoded train seeds. Mini adds deterministic corpus lines; tokenizer-less targets get random ids.
+def train_seed_ids(rt, cfg: PrepareConfig, family: str, record: dict | None = None) -> list[list[int]]:
+    """Encoded train seeds: the family's seeds, then `corpus_seeds` cut from the training text; tokenizer-less
+    targets get seeded random ids. `record` (optional) receives the training text's provenance.
 
     Held-out guard (`heldout`): the family's seeds are refused if one shares an n-gram with a benchmark or
-    calibration prompt; for the mini target the whole corpus is checked first (refused if it leaks: a
-    target that memorised a held-out prompt cannot be fixed by dropping seeds), so the lines cut from it
-    are clean by construction (units never span lines), and re-checked all the same.
+    calibration prompt. The training text is `traindata.load_train_text(cfg.train_data, family)`: for the mini
+    target without --train-data that is its own corpus, checked whole first (refused if it leaks: a target that
+    memorised a held-out prompt cannot be fixed by dropping seeds) and cut by lines as before; any other text is
+    cut into line and sentence starts, and the ones that leak are dropped and counted.
     """
     from .data import load_prompts
     from .heldout import check_clean, shipped_held_out
+    from .traindata import cut_seeds, load_train_text
 
     if rt.tokenizer is None:
         r = random.Random(cfg.seed)
@@ -102,13 +107,18 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str) -> list[list[int]]:
     check_clean(texts, held, f"the {family!r} train seeds", names=[repr(t) for t in texts],
                 fix="remove or change that train seed in data/prompts.json")
     corpus_files = getattr(rt, "info", {}).get("mini_corpus_files")  # set when the checkpoint is a mini target
-    if corpus_files:
+    if corpus_files and not cfg.train_data:
         from .minitarget import MiniTargetConfig, check_corpus, corpus_texts
         from .minitarget import corpus_files as corpus_paths
 
         mcfg = MiniTargetConfig(corpus_files=corpus_files)
         corpus = corpus_texts(mcfg)
         check_corpus(corpus, [p.name for p in corpus_paths(mcfg)])
+        if record is not None:
+            from .traindata import TrainText, _digest
+
+            names = [p.name for p in corpus_paths(mcfg)]
+            record.update(TrainText("shipped:mini-corpus", "shipped", corpus, names, _digest(corpus, names)).record())
         if cfg.corpus_seeds:
             lines = [ln.rstrip() for t in corpus for ln in t.splitlines()]
             lines = [ln for ln in lines if 12 <= len(ln.strip()) <= 80]
@@ -116,6 +126,13 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str) -> list[list[int]]:
             cut = r.sample(lines, min(cfg.corpus_seeds, len(lines)))
             check_clean(cut, held, "the train seeds cut from the corpus", names=[repr(t) for t in cut])
             texts += cut
+    elif cfg.corpus_seeds:
+        tt = load_train_text(cfg.train_data, family)
+        cut, info = cut_seeds(tt, cfg.corpus_seeds, cfg.seed)
+        check_clean(cut, held, "the train seeds cut from the training text", names=[repr(t) for t in cut])
+        texts += cut
+        if record is not None:
+            record.update({**tt.record(), **info})
     return [rt.encode(t) for t in texts]
 
 
@@ -170,7 +187,7 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
 
 def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,
             cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
-            drafter: str | None = None) -> Path:
+            drafter: str | None = None, train_data: str | None = None, train_budget: float | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
     With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
@@ -181,10 +198,15 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     The caller's own torch thread count is restored afterwards.
     `drafter`: a transformers-format DFlash drafter (directory or hub id) used instead of training one; its
     artifacts (every fitter runs on it) go to their own directory, keyed by the drafter's content hash.
+    `train_data` (--train-data) and `train_budget` (--train-budget, minutes) override cfg.train_data and
+    cfg.train.budget_minutes; artifacts built from other training text (by content hash) are rebuilt.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
+    Under torchrun (WORLD_SIZE > 1) every rank runs this: teacher generation is sharded, training is DDP,
+    and rank 0 alone holds the lock and writes (`distributed`).
     """
     from ..progress import ensure_console_logging
     from ..runtime.device import torch_threads
+    from . import distributed as dist
 
     accept_recorded = cfg is None
     cfg = cfg or PrepareConfig()
@@ -194,10 +216,27 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
             raise BadInputError(f"--threads must be an integer in 1..{MAX_THREADS}, got {threads!r}")
         cfg = replace(cfg, threads=threads)
+    if train_data is not None:
+        cfg = replace(cfg, train_data=str(train_data))
+    if train_budget is not None:
+        if isinstance(train_budget, bool) or not isinstance(train_budget, (int, float)) or not train_budget > 0:
+            raise BadInputError(f"--train-budget must be a number of minutes > 0, got {train_budget!r}")
+        cfg = replace(cfg, train=replace(cfg.train, budget_minutes=float(train_budget)))
     ensure_console_logging()
-    with torch_threads(cfg.threads), home_lock(home, wait_message="another prepare is running"):
+    dist.init_from_env("cpu")
+    with torch_threads(dist.threads_per_rank(cfg.threads)), home_lock(home, wait_message="another prepare is running"):
         return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt,
                         accept_recorded=accept_recorded, drafter=drafter)
+
+
+def work_dir(out: Path, cfg: PrepareConfig) -> Path:
+    """Where a run keeps what a killed prepare resumes from (teacher data, training checkpoints): beside the
+    artifacts, keyed by the artifact directory, the recipe and the config, removed when the run completes."""
+    import hashlib
+
+    doc = json.dumps({"recipe": RECIPE, "cfg": {k: v for k, v in cfg.to_dict().items() if k != "threads"}},
+                     sort_keys=True, default=str)
+    return out.parent.parent / "work" / f"{out.name}-{hashlib.sha256(doc.encode()).hexdigest()[:12]}"
 
 
 def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False) -> str | None:
@@ -218,14 +257,17 @@ def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False
 
 
 def present_and_verified(out: Path, ident: dict, required: tuple[str, ...], cfg: PrepareConfig,
-                         accept_recorded: bool, source_sha: str | None) -> bool:
-    """`out` holds every required file, verified against its manifest, built by this recipe (and config), and for an
-    imported drafter from that very drafter: a repeated prepare has nothing to do."""
+                         accept_recorded: bool, source_sha: str | None, train_sha: str | None = None) -> bool:
+    """`out` holds every required file, verified against its manifest, built by this recipe (and config), from
+    that training text (by SHA-256, `--train-data`) and for an imported drafter from that very drafter: a
+    repeated prepare has nothing to do."""
     try:
         doc = read_manifest(out, ident, required=required)
         why = config_mismatch(doc, cfg, accept_recorded)
         if not why and source_sha is not None and (doc.get("drafter") or {}).get("source_sha256") != source_sha:
             why = "built from another drafter"
+        if not why and train_sha is not None and (doc.get("train_data") or {}).get("sha256") != train_sha:
+            why = "built from other training text (its SHA-256 differs from --train-data's)"
         if why:
             raise ArtifactError(f"{out / 'manifest.json'} was {why}")
         return True
@@ -253,17 +295,24 @@ def adopt_own(doc: dict, own: Path, out: Path, ident: dict, drafter: str, source
 
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
              accept_recorded: bool = False, drafter: str | None = None) -> Path:
+    import shutil
+
     import torch
 
     from ..methods import FitContext, fit_files, fitters
     from ..runtime.drafter import DrafterConfig, default_taps, parameter_count
     from ..runtime.target import load_target
+    from . import distributed as dist
     from .drafter_format import mask_token_for
-    from .train import train_drafter, trajectories
+    from .teacher import TeacherData, teacher_data
+    from .train import train_drafter
 
     t_start = time.perf_counter()
+    lead = dist.rank() == 0
     if rt is None:
-        ensure_target(target, home, refresh, progress)
+        if lead:
+            ensure_target(target, home, refresh, progress)
+        dist.barrier()  # the other ranks load the mini target once rank 0 has built it
         rt = load_target(target, "cpu", "float32", home=home)
     ident = target_identity(rt)
     imported, source_sha = None, None
@@ -276,44 +325,77 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     out = prepared_dir(ident, home, source_sha)
     own = prepared_dir(ident, home)  # the target's own artifacts (trained drafter): what an import may reuse
     required = (DRAFTER_FILE, TRAJ_FILE, *fit_files())
-    if not refresh:
-        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha):
-            _log(f"artifacts for {rt.name} are present and verified in {out}")
-            return out
-        if imported is not None:
+    family = family_for(rt, cfg)
+    train_sha = None
+    if cfg.train_data and rt.tokenizer is not None:
+        from .traindata import load_train_text
+
+        train_sha = load_train_text(cfg.train_data, family).sha256  # refused here, before any work, when unusable
+    done = None  # rank 0 decides what is already there (it alone reads the home under the lock); all ranks follow
+    if not refresh and lead:
+        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha, train_sha):
+            done = "present"
+        elif imported is not None:
             doc = same_as_own(imported, own, ident, required, log)
             if doc is not None and not config_mismatch(doc, cfg, accept_recorded):
-                return adopt_own(doc, own, out, ident, drafter, source_sha, t_start)
-    family = family_for(rt, cfg)
+                adopt_own(doc, own, out, ident, drafter, source_sha, t_start)
+                done = "adopted"
+    done = dist.broadcast_object(done)
+    if done == "present":
+        _log(f"artifacts for {rt.name} are present and verified in {out}")
+    if done is not None:
+        return out
+    work = work_dir(out, cfg)
     torch.manual_seed(cfg.seed)
-    seeds = train_seed_ids(rt, cfg, family)
+    train_record: dict = {}
+    seeds = train_seed_ids(rt, cfg, family, train_record)
+    taps = default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers))
+    top_k = cfg.train.distill_top_k if imported is None else 0
+    world = dist.world_size()
     key = teacher_key(ident, RECIPE, cfg.traj_tokens, seeds, f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}")
-    found = None if refresh else reusable_trajectories(own, ident, key, recipe=RECIPE, seeds=seeds,
-                                                       traj_tokens=cfg.traj_tokens, log=log)
+    # An imported drafter needs only the target's trajectories (no taps, no top-k): the target's own artifacts'
+    # are reused when they are exactly what this prepare would generate (same teacher key). Training our own
+    # drafter needs the taps and top-k captured in the generating forwards, so it always runs teacher_data
+    # (which resumes from the work folder after a kill).
+    found = None
+    if imported is not None and not refresh:
+        found = reusable_trajectories(own, ident, key, recipe=RECIPE, seeds=seeds, traj_tokens=cfg.traj_tokens,
+                                      log=log)
     if found is not None:
-        trajs, seeds, held_record = found
+        reused, seeds, held_record = found
+        teacher = TeacherData([list(x) for x in reused], [len(x) for x in seeds])
+        trajs = teacher.sequences
         t_traj = 0.0
         _log(f"teacher trajectories: reusing the {len(trajs)} in {own} (same target, recipe and seeds; teacher key "
              f"{key[:12]})")
     else:
-        _log(f"teacher trajectories: {len(seeds)} seeds x {cfg.traj_tokens} greedy tokens")
+        _log(f"teacher trajectories: {len(seeds)} seeds x {cfg.traj_tokens} greedy tokens"
+             + (f", sharded over {world} ranks" if world > 1 else ""))
         t0 = time.perf_counter()
-        trajs = trajectories(rt, seeds, cfg.traj_tokens, progress=progress)
+        teacher = teacher_data(rt, seeds, cfg.traj_tokens, taps if imported is None else (), top_k, work=work,
+                               progress=progress)
+        trajs = teacher.sequences
         t_traj = time.perf_counter() - t0
         _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
-        trajs, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
+        kept, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
+        if len(kept) != len(trajs):
+            dropped = set(held_record.get("dropped_indexes", []))
+            teacher = teacher.select([i for i in range(len(trajs)) if i not in dropped])
+        trajs = teacher.sequences
     if imported is not None:
         dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
         _log(f"using the transformers-format drafter {drafter} (block {dcfg.block_size}, taps {list(dcfg.taps)})")
         drafter = imported
     else:
-        dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size,
-                             taps=default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers)),
+        dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=taps,
                              block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
                              intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
                              mask_token_id=mask_token_for(rt.config))
         _log(f"training the drafter ({cfg.train.steps} steps, block {cfg.block_size}, taps {list(dcfg.taps)})")
-        drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress)
+        drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress, teacher=teacher, work=work)
+    if not lead:  # rank 0 fits the methods and writes; the others wait for the artifacts to be complete
+        dist.barrier()
+        return out
     files: dict[str, dict] = {}
     sd = {k: v.detach().float().cpu().contiguous() for k, v in drafter.state_dict().items()}
     write_atomic(out / DRAFTER_FILE, tensor_bytes({"config": dcfg.to_dict(), "state_dict": sd}))
@@ -323,6 +405,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     files[TRAJ_FILE] = file_entry(out / TRAJ_FILE)
     fits: dict[str, Any] = {}
     ctx = FitContext(rt, drafter, trajs, [len(s) for s in seeds], cfg, family, progress)
+    t_fit = time.perf_counter()
     for fitter in fitters():
         _log(f"fitting {fitter.name}")
         res = fitter(ctx)
@@ -334,15 +417,20 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         "recipe": RECIPE,
         "prepare_config": cfg.to_dict(),
         "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": family, "train_seed_count": len(seeds)},
+        "train_data": train_record,
         "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),
                     **metrics},
         "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj,
                     "tokens": len(trajs) * cfg.traj_tokens, "batched": "by prompt length, no padding", "key": key,
+                    "ranks": world, "taps_and_top_k": "captured in the generating forwards", "top_k": top_k,
                     **({"reused_from": str(own)} if found is not None else {})},
         "fits": fits,
+        "fit_seconds": time.perf_counter() - t_fit,
         "held_out": held_record,
         "prepare_seconds": time.perf_counter() - t_start,
     }
     write_manifest(out, ident, files, extra)
+    shutil.rmtree(work, ignore_errors=True)  # complete: nothing left to resume
+    dist.barrier()
     _log(f"done in {time.perf_counter() - t_start:.1f}s -> {out}")
     return out

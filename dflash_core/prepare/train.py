@@ -1,10 +1,21 @@
-"""Teacher trajectories and drafter training (DFlash recipe, sized for 2 CPU cores).
+"""Drafter training (DFlash recipe), sized for 2 CPU cores and for real targets' vocabularies.
 
-Teacher data are the target's own greedy continuations of the train seeds; the drafter learns to
-predict the next B tokens of that trajectory from the target's hidden states of the context and the
-anchor token. Loss: cross-entropy with position decay w_k = exp(-(k-1)/gamma) (DFlash paper).
-Many anchors per sequence are trained in one forward with a block mask: each block sees the context
-rows strictly before its anchor and its own B+1 rows, exactly what it sees at inference.
+Teacher data (`teacher`) are the target's own greedy continuations of the train seeds, with the target's taps
+and top-k logits captured while generating them. The drafter learns to predict the next B tokens of a
+trajectory from the target's hidden states of the context and the anchor token. Loss: cross-entropy with
+position decay w_k = exp(-(k-1)/gamma) (DFlash paper), optionally against a mix of the label and the target's
+top-k distribution (distillation). Many anchors per sequence are trained in one forward with a block mask:
+each block sees the context rows strictly before its anchor and its own B+1 rows, exactly what it sees at
+inference.
+
+What keeps a step cheap at vocab 49k-65k (`scripts/profile_train_step.py`): only the B block rows reach the
+head, through `loss.linear_cross_entropy` (chunked, exact, no [rows, vocab] tensor kept for backward), its
+matmuls in bfloat16 where the CPU has native bf16 dot products; taps come from the teacher pass.
+
+Under `torchrun` the global batch is drawn identically on every rank and each rank trains on its share of
+the rows through DistributedDataParallel, so N ranks follow the same trajectory as one process (up to the
+order of the gradient sum). With a work directory, training checkpoints every `checkpoint_every` steps and a
+killed run resumes from the last checkpoint to the same result.
 """
 
 from __future__ import annotations
@@ -16,14 +27,25 @@ import random
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
-from torch.nn import functional as F
 
 from ..runtime.drafter import DFlashDrafter, DrafterConfig, init_drafter
 from ..runtime.target import TargetRuntime
+from . import distributed as dist
+from .loss import bf16_matmul_is_fast, linear_cross_entropy
+from .teacher import TEACHER_BATCH, TeacherData, length_buckets  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
+
+MATMUL_DTYPES = ("auto", "float32", "bfloat16")
+ANCHOR_RULES = ("continuation", "all")
+CHECKPOINT_FILE = "train-checkpoint.safetensors"
+# Where the head dominates a training step (scripts/profile_train_step.py): at the mini's vocab 2,048 bf16 and
+# sampled head rows save nothing (355 vs 365 ms per step) and cost held-out accuracy (0.50 against 0.55 at 600
+# steps, docs/real-targets.md); at 49k-65k they make a step 4-5x cheaper.
+LARGE_VOCAB = 16384
 
 
 @dataclass(frozen=True)
@@ -40,18 +62,43 @@ class TrainConfig:
     eval_every: int = 50  # steps between held-out evaluations
     patience: int = 4  # evaluations without a better held-out accuracy before stopping early
     val_sequences: int = 128  # held-out trajectories evaluated (a fixed seeded subset when there are more)
+    anchors: str = "all"  # 'continuation': anchors only where the labels are the target's own tokens
+    distill_top_k: int = 0  # > 0: soft targets from the target's top-k logits (teacher pass), mixed with the label
+    distill_weight: float = 0.5  # share of the target's top-k distribution in the soft target
+    matmul_dtype: str = "auto"  # training matmuls (head + drafter autocast): auto = bfloat16 at a real vocabulary
+    # (>= LARGE_VOCAB) on a CPU with native bf16, else float32
+    budget_minutes: float | None = None  # stop (best held-out state kept) after this much training time
+    checkpoint_every: int = 50  # steps between training checkpoints (with a work directory; 0: none)
+    row_sampling: str = "auto"  # importance-sample the block rows that reach the head (`sample_rows`): on, off, or
+    # auto = on at a real vocabulary (>= LARGE_VOCAB), where the head dominates a step
 
 
-TEACHER_BATCH = 128  # prompts per batched teacher forward: fills 2 cores on the mini target, small in memory
+def matmul_autocast(dtype: torch.dtype):
+    """bf16 autocast of the drafter's matmuls when training in bf16 (master weights, norms and the optimizer stay
+    float32); a no-op context otherwise."""
+    import contextlib
+
+    if dtype == torch.bfloat16:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
-def length_buckets(seqs: Sequence[Sequence[int]], size: int) -> list[list[int]]:
-    """Indices of `seqs` grouped by length (then chunked to `size`): batches that need no padding."""
-    by_len: dict[int, list[int]] = {}
-    for i, s in enumerate(seqs):
-        by_len.setdefault(len(s), []).append(i)
-    return [idx[j:j + size] for _, idx in sorted(by_len.items()) for j in range(0, len(idx), size)]
+def resolve_matmul_dtype(name: str, vocab: int) -> torch.dtype:
+    """'auto': bfloat16 at a real vocabulary on CPUs with native bf16 dot products (several times faster there),
+    else float32."""
+    if name == "auto":
+        return torch.bfloat16 if vocab >= LARGE_VOCAB and bf16_matmul_is_fast() else torch.float32
+    return getattr(torch, name)
 
+
+def resolve_row_sampling(value, vocab: int) -> bool:
+    """'auto': sample the head rows at a real vocabulary only; 'on'/'off' (or a bool) as given."""
+    if value == "auto":
+        return vocab >= LARGE_VOCAB
+    return value in (True, "on")
+
+
+# --- teacher data (kept here for the callers that predate `teacher`) -----------------------------------
 
 def trajectories(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int, progress: bool = False,
                  batch: int = TEACHER_BATCH):
@@ -61,16 +108,9 @@ def trajectories(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens
     one-at-a-time greedy in float64; in float32 a near-tie can flip, which teacher data tolerates (it is
     training data, not a decode under test). `batch=1` is the one-at-a-time reference.
     """
-    from ..progress import logged
-    from ..runtime.target import batch_greedy
+    from .teacher import teacher_data
 
-    prompts = [list(p) for p in prompts]
-    out: list[list[int] | None] = [None] * len(prompts)
-    buckets = length_buckets(prompts, batch)
-    for idx in logged(buckets, "teacher batches", len(buckets), log, bar=progress):
-        for i, cont in zip(idx, batch_greedy(rt, [prompts[i] for i in idx], new_tokens)):
-            out[i] = prompts[i] + cont
-    return out
+    return teacher_data(rt, prompts, new_tokens, batch=batch, progress=progress).sequences
 
 
 def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) -> torch.Tensor:
@@ -94,51 +134,118 @@ def trajectories_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Se
     return out
 
 
-def _batch(seqs, feats, idx, cfg: DrafterConfig, anchors: int, gen: torch.Generator):
-    B = cfg.block_size
-    n = len(idx)
-    T = max(len(seqs[i]) for i in idx)
-    Fdim = feats[idx[0]].shape[1]
-    tok = torch.zeros(n, T, dtype=torch.long)
-    ft = torch.zeros(n, T, Fdim, dtype=feats[idx[0]].dtype)
-    anc = torch.zeros(n, anchors, dtype=torch.long)
+# --- batches --------------------------------------------------------------------------------------------
+
+def anchor_range(length: int, prompt_len: int, B: int, rule: str) -> tuple[int, int]:
+    """[lo, hi] of the anchors of one trajectory: labels a+1..a+B must exist; 'continuation' starts at the last
+    prompt token (the first anchor a decode drafts from), falling back to every anchor when that leaves none."""
+    hi = length - B - 1
+    lo = max(1, prompt_len - 1) if rule == "continuation" else 1
+    return (lo, hi) if lo <= hi else (1, hi)
+
+
+def draw_anchors(data: TeacherData, idx: Sequence[int], anchors: int, B: int, rule: str,
+                 gen: torch.Generator) -> torch.Tensor:
+    """[len(idx), anchors] anchor positions, uniform in each trajectory's `anchor_range`, from `gen`."""
+    out = torch.zeros(len(idx), anchors, dtype=torch.long)
     for r, i in enumerate(idx):
-        L = len(seqs[i])
-        tok[r, :L] = torch.tensor(seqs[i])
-        ft[r, :L] = feats[i]
-        hi = L - B - 1  # anchor a needs labels a+1..a+B < L
-        anc[r] = 1 + (torch.rand(anchors, generator=gen) * hi).long().clamp(max=hi - 1)
-    return tok, ft, anc
+        lo, hi = anchor_range(len(data.sequences[i]), data.prompt_lens[i], B, rule)
+        out[r] = lo + (torch.rand(anchors, generator=gen) * (hi - lo + 1)).long().clamp(max=hi - lo)
+    return out
 
 
-def block_loss(drafter: DFlashDrafter, embed, head, tok, ft, anc, gamma: float):
-    """Position-decayed CE of all anchors' blocks, computed in one masked forward per batch."""
-    cfg = drafter.cfg
-    B = cfg.block_size
+def _batch(data: TeacherData, idx: Sequence[int]):
+    """Tokens [n, T] and taps [n, T, F] of trajectories `idx`, zero-padded to the longest."""
+    seqs, feats = data.sequences, data.taps
+    n, T = len(idx), max(len(seqs[i]) for i in idx)
+    tok = torch.zeros(n, T, dtype=torch.long)
+    ft = torch.zeros(n, T, feats[idx[0]].shape[1], dtype=feats[idx[0]].dtype)
+    for r, i in enumerate(idx):
+        tok[r, :len(seqs[i])] = torch.tensor(seqs[i])
+        ft[r, :feats[i].shape[0]] = feats[i]
+    return tok, ft
+
+
+def soft_targets(data: TeacherData, idx: Sequence[int], anc: torch.Tensor, labels: torch.Tensor, B: int,
+                 top_k: int, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [n, M, B, 1+k], probs [...]) per block row: the label with 1 - weight and the target's top-k
+    softmax with `weight` where the teacher pass recorded it (rows of the continuation), else the label alone."""
+    n, M = anc.shape
+    k = top_k if (top_k and data.top_ids is not None) else 0
+    ids = labels.unsqueeze(-1).expand(n, M, B, 1 + k).clone()
+    probs = torch.zeros(n, M, B, 1 + k)
+    probs[..., 0] = 1.0
+    if not k:
+        return ids, probs
+    for r, i in enumerate(idx):
+        first = data.prompt_lens[i] - 1  # teacher row 0 is sequence row prompt_len - 1
+        tid, tlog = data.top_ids[i][:, :k], data.top_logits[i][:, :k].float()
+        for m in range(M):
+            rows = anc[r, m].item() + torch.arange(B) - first
+            ok = (rows >= 0) & (rows < tid.shape[0])
+            if bool(ok.any()):
+                sel = rows[ok]
+                ids[r, m, ok, 1:] = tid[sel]
+                probs[r, m, ok, 1:] = weight * torch.softmax(tlog[sel], dim=-1)
+                probs[r, m, ok, 0] = 1.0 - weight
+    return ids, probs
+
+
+def block_inputs(drafter: DFlashDrafter, embed, tok: torch.Tensor, anc: torch.Tensor):
+    """The masked forward's inputs for anchors `anc` [n, M]: block embeddings, positions and the mask."""
+    B = drafter.cfg.block_size
     n, T = tok.shape
     M = anc.shape[1]
-    fused = drafter.fuse(ft)
-    ctx_pos = torch.arange(T).expand(n, T)
-    ctx = [layer.context_kv(fused, ctx_pos) for layer in drafter.layers]
-    offs = torch.arange(B + 1)
-    pos = (anc.unsqueeze(-1) + offs).reshape(n, M * (B + 1))
+    pos = (anc.unsqueeze(-1) + torch.arange(B + 1)).reshape(n, M * (B + 1))
     anchor_tok = tok.gather(1, anc)  # [n, M]
-    x = torch.cat([drafter.block_input(anchor_tok[:, m], embed) for m in range(M)], dim=1)
+    with torch.no_grad():
+        x = drafter.block_input(anchor_tok.reshape(-1), embed).view(n, M * (B + 1), -1)
     # mask [n, 1, M*(B+1), T + M*(B+1)]: context rows strictly before the anchor, plus the own block
     q_blk = torch.arange(M).repeat_interleave(B + 1)
     ctx_ok = torch.arange(T).view(1, 1, T) < anc.repeat_interleave(B + 1, dim=1).unsqueeze(-1)
     blk_ok = (q_blk.view(-1, 1) == q_blk.view(1, -1)).expand(n, -1, -1)
     mask = torch.cat([ctx_ok, blk_ok], dim=-1).unsqueeze(1)
-    h = x
-    for layer, (ck, cv) in zip(drafter.layers, ctx):
-        h = layer(h, pos, ck, cv, mask)
-    h = drafter.final_norm(h).view(n, M, B + 1, -1)[:, :, 1:]
-    logits = head(h)
+    return x, pos, torch.arange(T).expand(n, T), mask
+
+
+def sample_rows(n: int, M: int, B: int, gamma: float, gen: torch.Generator) -> torch.Tensor:
+    """Which block rows reach the head [n, M, B]: row k is kept with probability w_k = exp(-(k-1)/gamma) (the first
+    always). A kept row then counts with weight w_k / w_k = 1, so the loss is an unbiased estimate of the
+    position-decayed loss over every row, at sum_k w_k of B rows per block (4.4 of 16 at gamma 4): the head,
+    the costly part at a real vocabulary, sees a quarter of the rows."""
+    w = torch.exp(-torch.arange(B, dtype=torch.float64) / gamma)
+    return torch.rand(n, M, B, generator=gen, dtype=torch.float64) < w
+
+
+def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *,
+               compute_dtype: torch.dtype | None = None, norm_blocks: int | None = None, model=None,
+               keep: torch.Tensor | None = None):
+    """Position-decayed CE of all anchors' blocks in one masked forward; (loss, accuracy per position [B]).
+
+    `targets`: (ids, probs) from `soft_targets`, else the labels. `norm_blocks`: the blocks of the whole global
+    batch (DDP: each rank's loss is its share of the global mean, times the world size, since DDP averages).
+    `model`: what runs the forward (the DDP wrapper of `drafter`), default `drafter` itself. `keep`: the rows
+    `sample_rows` drew (the others skip the head; accuracy is over the kept rows of each position).
+    """
+    cfg = drafter.cfg
+    B = cfg.block_size
+    n, M = anc.shape
+    x, pos, ctx_pos, mask = block_inputs(drafter, embed, tok, anc)
+    h = (model or drafter)(x.to(ft.dtype), ft, pos, ctx_pos, mask).view(n, M, B + 1, -1)[:, :, 1:]
     labels = tok.gather(1, (anc.unsqueeze(-1) + 1 + torch.arange(B)).view(n, -1)).view(n, M, B)
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="none").view(n, M, B)
-    w = torch.exp(-torch.arange(B, dtype=torch.float32) / gamma)
-    loss = (ce * w).sum(-1).mean() / w.sum()
-    acc = (logits.argmax(-1) == labels).float().mean(dim=(0, 1))
+    ids, probs = targets if targets is not None else (labels.unsqueeze(-1), torch.ones(n, M, B, 1))
+    w = torch.exp(-torch.arange(B, dtype=torch.float64) / gamma)
+    if keep is None:
+        keep = torch.ones(n, M, B, dtype=torch.bool)
+        row_w = w.expand(n, M, B)[keep]
+    else:
+        row_w = torch.ones(int(keep.sum()), dtype=torch.float64)  # importance weight w_k / P(kept) = 1
+    ce, top = linear_cross_entropy(h[keep], head.weight, ids[keep], probs[keep], compute_dtype=compute_dtype)
+    blocks = norm_blocks or n * M
+    loss = (ce * row_w.to(ce.dtype)).sum() / (blocks * float(w.sum())) * (dist.world_size() if norm_blocks else 1)
+    hits = torch.zeros(n, M, B)
+    hits[keep] = (top == labels[keep]).float()
+    acc = hits.sum(dim=(0, 1)) / keep.sum(dim=(0, 1)).clamp(min=1)
     return loss, acc
 
 
@@ -151,119 +258,260 @@ def split_trajectories(n: int, seed: int, fraction: float) -> tuple[list[int], l
     return sorted(order[k:]), sorted(order[:k])
 
 
+def eval_anchors(data: TeacherData, i: int, anchors: int, B: int, rule: str, seed: int) -> torch.Tensor:
+    """Trajectory i's evaluation anchors: seeded by (seed, i), so they do not depend on batching or sharding."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
+    return draw_anchors(data, [i], anchors, B, rule, gen)[0]
+
+
 @torch.no_grad()
-def eval_accuracy(drafter: DFlashDrafter, embed, head, seqs, feats, idx: list[int], anchors: int, seed: int,
-                  batch: int) -> tuple[list[float], float]:
+def eval_accuracy(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int], anchors: int, seed: int,
+                  batch: int, *, rule: str = "all", compute_dtype: torch.dtype | None = None,
+                  shard: bool = False) -> tuple[list[float], float]:
     """Teacher-forced per-position accuracy (and loss) of the drafter on trajectories `idx`, at fixed seeded
-    anchors (the same anchors every call, so successive evaluations compare like with like)."""
+    anchors (the same anchors every call, so successive evaluations compare like with like).
+
+    `data`: TeacherData, or plain sequences with their taps in `feats`. `shard`: each rank evaluates every
+    world-th trajectory and the sums are reduced, so all ranks get the whole result.
+    """
+    if not isinstance(data, TeacherData):
+        data = TeacherData([list(s) for s in data], [1] * len(data), list(feats))
     cfg = drafter.cfg
-    gen = torch.Generator().manual_seed(seed)
     was = drafter.training
     drafter.eval()
-    hits = torch.zeros(cfg.block_size, dtype=torch.float64)
-    loss_sum, n = 0.0, 0
-    for j in range(0, len(idx), batch):
-        part = idx[j:j + batch]
-        tok, ft, anc = _batch(seqs, feats, part, cfg, anchors, gen)
-        with torch.autocast("cpu", enabled=False):
-            loss, acc = block_loss(drafter, embed, head, tok, ft, anc, 4.0)
-        hits += acc.double() * len(part)
-        loss_sum += float(loss) * len(part)
-        n += len(part)
+    mine = idx[dist.rank()::dist.world_size()] if shard else idx
+    sums = torch.zeros(cfg.block_size + 2, dtype=torch.float64)  # hits per position, loss sum, count
+    for j in range(0, len(mine), batch):
+        part = mine[j:j + batch]
+        tok, ft = _batch(data, part)
+        anc = torch.stack([eval_anchors(data, i, anchors, cfg.block_size, rule, seed) for i in part])
+        with matmul_autocast(compute_dtype):
+            loss, acc = block_loss(drafter, embed, head, tok, ft, anc, 4.0, compute_dtype=compute_dtype)
+        sums[:-2] += acc.double() * len(part)
+        sums[-2] += float(loss) * len(part)
+        sums[-1] += len(part)
+    if shard:
+        dist.all_reduce_sum(sums)
     drafter.train(was)
-    return (hits / max(n, 1)).tolist(), loss_sum / max(n, 1)
+    n = max(float(sums[-1]), 1.0)
+    return (sums[:-2] / n).tolist(), float(sums[-2]) / n
 
 
-def train_drafter(rt: TargetRuntime, seqs: list[list[int]], dcfg: DrafterConfig, tcfg: TrainConfig,
-                  progress: bool = False) -> tuple[DFlashDrafter, dict]:
+# --- checkpoints ------------------------------------------------------------------------------------------
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    """The training state as safetensors (+ JSON skeleton): nothing is pickled, so loading runs no code."""
+    from .artifacts import tensor_bytes, write_atomic
+
+    write_atomic(path, tensor_bytes(state))
+
+
+def load_checkpoint(path: Path, key: str) -> dict | None:
+    from ..errors import ArtifactError
+    from .artifacts import load_tensor_file
+
+    if not path.is_file():
+        return None
+    try:
+        state = load_tensor_file(path)
+    except ArtifactError as exc:
+        log.warning("ignoring an unreadable training checkpoint %s: %s", path, exc)
+        return None
+    return state if state.get("key") == key else None
+
+
+def _opt_state(opt) -> dict:
+    sd = opt.state_dict()
+    return {"state": {str(k): v for k, v in sd["state"].items()}, "param_groups": sd["param_groups"]}
+
+
+def _load_opt_state(opt, blob: dict) -> None:
+    opt.load_state_dict({"state": {int(k): v for k, v in blob["state"].items()},
+                         "param_groups": blob["param_groups"]})
+
+
+# --- training ---------------------------------------------------------------------------------------------
+
+def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfig, progress: bool = False,
+                  *, teacher: TeacherData | None = None, work: Path | None = None) -> tuple[DFlashDrafter, dict]:
     """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest.
 
+    `teacher`: trajectories with their taps (and top-k logits) from the teacher pass; without it the taps of
+    `seqs` are computed here. `work`: where checkpoints go and a killed run resumes from.
     Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
     """
     from ..progress import Progress
     from .heldout import check_sequences
 
-    check_sequences(rt, seqs, "drafter training")
+    if teacher is None:
+        teacher = TeacherData([list(s) for s in seqs], [1] * len(seqs), None)
+    check_sequences(rt, teacher.sequences, "drafter training")
 
     t0 = time.perf_counter()
+    B = dcfg.block_size
     embed = rt.model.get_input_embeddings()
     head = rt.model.get_output_embeddings()
-    seqs = [s for s in seqs if len(s) > dcfg.block_size + 2]
-    feats = trajectories_taps(rt, seqs, dcfg.taps, progress=progress)
-    train_ids, val_ids = split_trajectories(len(seqs), tcfg.seed, tcfg.val_fraction)
+    data = teacher.select([i for i, s in enumerate(teacher.sequences) if len(s) > B + 2])
+    if data.taps is None or data.tap_layers not in ((), tuple(dcfg.taps)):
+        data.taps = trajectories_taps(rt, data.sequences, dcfg.taps, progress=progress)
+    matmul_dtype = resolve_matmul_dtype(tcfg.matmul_dtype, dcfg.vocab_size) if rt.dtype == torch.float32 else rt.dtype
+    row_sampling = resolve_row_sampling(tcfg.row_sampling, dcfg.vocab_size)
+    distill = tcfg.distill_top_k if data.top_ids is not None else 0
+    train_ids, val_ids = split_trajectories(len(data), tcfg.seed, tcfg.val_fraction)
     if len(val_ids) > tcfg.val_sequences:
         val_ids = sorted(random.Random(tcfg.seed + 2).sample(val_ids, tcfg.val_sequences))
     drafter = init_drafter(dcfg, tcfg.seed).to(embed.weight.dtype)  # train in the target's dtype
     for p in list(embed.parameters()) + list(head.parameters()):
         p.requires_grad_(False)
+    model = drafter
+    if dist.world_size() > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(drafter)
     opt = torch.optim.AdamW(drafter.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     gen = torch.Generator().manual_seed(tcfg.seed + 1)
-    losses, accs, curve = [], [], []
-    best: dict = {"score": -1.0, "step": 0, "state": None, "acc": None, "loss": None}
-    since_best = 0
+    st: dict = {"step": 0, "losses": [], "accs": [], "curve": [], "since_best": 0, "train_seconds": 0.0,
+                "best": {"score": -1.0, "step": 0, "state": None, "acc": None, "loss": None}}
+    key = _checkpoint_key(data, dcfg, tcfg)
+    ckpt = work / CHECKPOINT_FILE if work is not None else None
+    resumed = load_checkpoint(ckpt, key) if ckpt is not None else None
+    resumed_step = None
+    if resumed is not None:
+        drafter.load_state_dict(resumed["drafter"])
+        _load_opt_state(opt, resumed["optimizer"])
+        gen.set_state(resumed["generator"])
+        st = resumed["loop"]
+        resumed_step = st["step"]
+        log.info("resuming drafter training from the checkpoint at step %d (%s)", st["step"], ckpt)
     drafter.train()
     bar = Progress("train drafter", tcfg.steps, log, bar=progress)
+    if st["step"]:
+        bar.update(st["step"])
+    budget = 60.0 * tcfg.budget_minutes if tcfg.budget_minutes else None
 
     def evaluate(step: int) -> None:
-        nonlocal since_best
-        acc, vloss = eval_accuracy(drafter, embed, head, seqs, feats, val_ids, tcfg.anchors_per_sequence,
-                                   tcfg.seed + 3, tcfg.batch_sequences)
+        acc, vloss = eval_accuracy(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence,
+                                   tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=matmul_dtype,
+                                   shard=True)
         score = sum(acc) / len(acc)
-        curve.append({"step": step, "heldout_mean_accuracy": score, "heldout_loss": vloss})
+        st["curve"].append({"step": step, "heldout_mean_accuracy": score, "heldout_loss": vloss})
         log.info("step %d: held-out accuracy per position %s (mean %.3f), loss %.3f", step,
                  " ".join(f"{a:.2f}" for a in acc), score, vloss)
-        if score > best["score"]:
-            best.update(score=score, step=step, state=copy.deepcopy(drafter.state_dict()), acc=acc, loss=vloss)
-            since_best = 0
+        if score > st["best"]["score"]:
+            st["best"] = {"score": score, "step": step, "state": copy.deepcopy(drafter.state_dict()), "acc": acc,
+                          "loss": vloss}
+            st["since_best"] = 0
         else:
-            since_best += 1
+            st["since_best"] += 1
 
-    for step in range(tcfg.steps):
-        lr = tcfg.lr * min(1.0, (step + 1) / tcfg.warmup) * 0.5 * (1 + math.cos(math.pi * step / tcfg.steps))
+    stop = None
+    while st["step"] < tcfg.steps and stop is None:
+        t_step = time.perf_counter()
+        step = st["step"]
+        frac = step / tcfg.steps
+        if budget:
+            frac = max(frac, st["train_seconds"] / budget)
+        lr = tcfg.lr * min(1.0, (step + 1) / tcfg.warmup) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
         for g in opt.param_groups:
             g["lr"] = lr
         idx = [train_ids[i] for i in
                torch.randint(len(train_ids), (min(tcfg.batch_sequences, len(train_ids)),), generator=gen).tolist()]
-        tok, ft, anc = _batch(seqs, feats, idx, dcfg, tcfg.anchors_per_sequence, gen)
-        with torch.autocast("cpu", enabled=False):
-            loss, acc = block_loss(drafter, embed, head, tok, ft, anc, tcfg.gamma)
+        anc = draw_anchors(data, idx, tcfg.anchors_per_sequence, B, tcfg.anchors, gen)
+        keep = sample_rows(len(idx), anc.shape[1], B, tcfg.gamma, gen) if row_sampling else None
+        r, w = dist.rank(), dist.world_size()
+        mine = list(range(r, len(idx), w))  # this rank's share of the global batch
+        if mine:
+            sub = [idx[j] for j in mine]
+            tok, ft = _batch(data, sub)
+            anc_r = anc[mine]
+            labels = tok.gather(1, (anc_r.unsqueeze(-1) + 1 + torch.arange(B)).view(len(sub), -1)).view(
+                len(sub), -1, B)
+            targets = soft_targets(data, sub, anc_r, labels, B, distill, tcfg.distill_weight) if distill else None
+            with matmul_autocast(matmul_dtype):
+                loss, acc = block_loss(drafter, embed, head, tok, ft, anc_r, tcfg.gamma, targets,
+                                       compute_dtype=matmul_dtype, norm_blocks=len(idx) * anc.shape[1], model=model,
+                                       keep=keep[mine] if keep is not None else None)
+        else:  # more ranks than sequences: a zero contribution still joins DDP's gradient reduction
+            loss = sum(p.sum() * 0.0 for p in drafter.parameters())
+            acc = torch.zeros(B)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())
-        accs.append(acc.tolist())
-        bar.update(1, f"loss {losses[-1]:.3f}")
-        if val_ids and ((step + 1) % tcfg.eval_every == 0 or step + 1 == tcfg.steps):
-            evaluate(step + 1)
-            if since_best >= tcfg.patience:
-                log.info("held-out accuracy did not improve for %d evaluations: stopping at step %d (best %d)",
-                         since_best, step + 1, best["step"])
-                break
+        st["step"] = step = step + 1
+        global_loss = dist.all_reduce_sum(torch.tensor([float(loss.detach()) / w], dtype=torch.float64))
+        st["losses"].append(float(global_loss[0]))  # the global batch's loss (each rank's share summed)
+        st["accs"].append(acc.tolist())
+        left = f", ~{max(0.0, budget - st['train_seconds']):.0f}s of the budget left" if budget else ""
+        bar.update(1, f"loss {st['losses'][-1]:.3f}{left}")
+        out_of_time = bool(budget and st["train_seconds"] + time.perf_counter() - t_step >= budget)
+        if val_ids and (step % tcfg.eval_every == 0 or step == tcfg.steps or out_of_time):
+            evaluate(step)
+            if st["since_best"] >= tcfg.patience:
+                stop = (f"held-out accuracy did not improve for {st['since_best']} evaluations: stopping at step "
+                        f"{step} (best {st['best']['step']})")
+        if out_of_time and stop is None:
+            stop = f"the training budget of {tcfg.budget_minutes} min is spent: stopping at step {step}"
+        st["train_seconds"] += time.perf_counter() - t_step  # evaluations count against the budget too
+        if ckpt is not None and tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and stop is None:
+            if dist.rank() == 0:
+                save_checkpoint(ckpt, {"key": key, "drafter": drafter.state_dict(), "optimizer": _opt_state(opt),
+                                       "generator": gen.get_state(), "loop": st})
+            dist.barrier()
+    if stop:
+        log.info(stop)
     bar.close()
+    best = st["best"]
     if best["state"] is not None:
         drafter.load_state_dict(best["state"])  # the best held-out state, not the last one
     drafter.eval()
+    losses, accs = st["losses"], st["accs"]
     tail = max(1, min(50, len(losses)))
+    # Reported figures in float32 whatever the training matmuls used: the decode's argmax is float32.
+    exact = rt.dtype
+    heldout_acc, heldout_loss = (eval_accuracy(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence,
+                                               tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors,
+                                               compute_dtype=exact, shard=True) if val_ids else (None, None))
     # the train split evaluated exactly like the held-out one (same anchors rule, same count): the gap is overfit
     train_eval = sorted(random.Random(tcfg.seed + 4).sample(train_ids, min(len(train_ids), max(len(val_ids), 1))))
-    train_acc, train_loss = eval_accuracy(drafter, embed, head, seqs, feats, train_eval, tcfg.anchors_per_sequence,
-                                          tcfg.seed + 3, tcfg.batch_sequences)
+    train_acc, train_loss = eval_accuracy(drafter, embed, head, data, None, train_eval, tcfg.anchors_per_sequence,
+                                          tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=exact,
+                                          shard=True)
     metrics = {
         "train_config": asdict(tcfg),
-        "sequences": len(seqs),
+        "matmul_dtype": str(matmul_dtype).replace("torch.", ""),
+        "row_sampling": row_sampling,
+        "distilled_top_k": distill,
+        "world_size": dist.world_size(),
+        "resumed_from_step": resumed_step,
+        "sequences": len(data),
         "train_sequences": len(train_ids),
         "heldout_sequences": len(val_ids),
-        "final_loss": sum(losses[-tail:]) / tail,
+        "final_loss": sum(losses[-tail:]) / tail if losses else None,
         "first_loss": losses[0] if losses else None,
-        "position_accuracy": [sum(a[k] for a in accs[-tail:]) / tail for k in range(dcfg.block_size)],
+        "position_accuracy": [sum(a[k] for a in accs[-tail:]) / tail for k in range(B)] if accs else None,
         "train_position_accuracy": train_acc,
         "train_eval_loss": train_loss,
-        "heldout_position_accuracy": best["acc"],
-        "heldout_loss": best["loss"],
+        "heldout_position_accuracy": heldout_acc,
+        "heldout_loss": heldout_loss,
+        "heldout_selection_accuracy": best["acc"],  # the same evaluation in the training matmuls' dtype
         "best_step": best["step"] if best["state"] is not None else len(losses),
         "steps_run": len(losses),
-        "heldout_curve": curve,
+        "stopped": stop or "all steps run",
+        "heldout_curve": st["curve"],
+        "train_seconds": st["train_seconds"],
         "seconds": time.perf_counter() - t0,
     }
+    if ckpt is not None and dist.rank() == 0:
+        ckpt.unlink(missing_ok=True)
     return drafter, metrics
+
+
+def _checkpoint_key(data: TeacherData, dcfg: DrafterConfig, tcfg: TrainConfig) -> str:
+    """What a checkpoint must have been written for: the same data, drafter, recipe and world size."""
+    import hashlib
+    import json
+
+    doc = {"seqs": hashlib.sha256(json.dumps(data.sequences).encode()).hexdigest(), "drafter": dcfg.to_dict(),
+           "train": {k: v for k, v in asdict(tcfg).items() if k != "budget_minutes"}, "world": dist.world_size()}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

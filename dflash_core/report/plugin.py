@@ -117,7 +117,8 @@ class Overall:
     """The benchmark's one overall progress line: items done of all, elapsed, time left.
 
     Items weigh what they cost, in units of a decode case's first round: `test_rounds` runs (rounds - 1) rounds of
-    every decode case, racing at most about half the base matrix's time; every other item weighs one. The time left
+    every decode case, `test_ranking_rounds` the fixed ranking rounds of the ranking width's cases; every other item
+    weighs one. The time left
     extrapolates the elapsed time over the weight done, so it settles as the run goes."""
 
     def __init__(self, weights: dict[str, float]):

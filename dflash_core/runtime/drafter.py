@@ -157,6 +157,17 @@ class DFlashDrafter(nn.Module):
                                                                self.cfg.mask_token_id)], dim=1)
         return embed(ids)
 
+    def forward(self, x, taps, pos, ctx_pos, mask=None):
+        """Training forward (inference drafts through `DraftState`): block inputs x [N, Q, H] at positions `pos`
+        over the context taps [N, T, n_taps*H] at `ctx_pos`, under `mask` [N, 1, Q, T+Q]; returns the final-normed
+        rows [N, Q, H]. A module forward so DistributedDataParallel can wrap the drafter."""
+        fused = self.fuse(taps)
+        h = x
+        for layer in self.layers:
+            ck, cv = layer.context_kv(fused, ctx_pos)
+            h = layer(h, pos, ck, cv, mask)
+        return self.final_norm(h)
+
     def run_block(self, x, pos, ctx, mask=None):
         """ctx: list of (k, v) per layer. Returns final-normed hidden rows of the B mask positions."""
         for layer, (ck, cv) in zip(self.layers, ctx):

@@ -473,6 +473,20 @@ def batch_greedy(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens
     No padding, so every row computes what a one-prompt decode computes; only the batched matmuls' summation
     order can differ (float64: identical ids; float32: near-ties may flip). For teacher data, not decoding.
     """
+    return batch_teacher(rt, prompts, new_tokens)[0]
+
+
+def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int] = (),
+                  top_k: int = 0) -> tuple[list[list[int]], Any, Any]:
+    """`batch_greedy`, plus what drafter training needs from the same forwards (no second pass over the data):
+
+    * taps [n, plen + new_tokens - 1, n_taps * hidden]: the hidden-state taps of every row the target was fed
+      (the prompt, then each generated token but the last, which no forward reads), as `batch_taps` gives them
+      up to the cached forwards' summation order;
+    * top-k (values, ids) [n, new_tokens, k] of the target's logits at rows plen-1 .. plen+new_tokens-2, i.e.
+      the distribution each generated token was the argmax of (float32 values).
+    Either is None when not asked for (`taps=()`, `top_k=0`).
+    """
     import torch
     from transformers import DynamicCache
 
@@ -481,16 +495,26 @@ def batch_greedy(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens
         raise BadInputError(f"batch_greedy needs non-empty prompts of one length, got lengths {sorted(lens)}: "
                             "bucket the prompts by length first (train.trajectories does)")
     if new_tokens <= 0:
-        return [[] for _ in prompts]
+        return [[] for _ in prompts], None, None
     cache = DynamicCache(config=rt.model.config)
     inp = torch.tensor([list(p) for p in prompts], dtype=torch.long, device=rt.device)
-    cols = []
+    kwargs: dict[str, Any] = {"output_hidden_states": [int(t) + 1 for t in taps]} if taps else {}
+    cols, hid, top_v, top_i = [], [], [], []
     with torch.inference_mode():
         for _ in range(new_tokens):
-            out = rt.model(input_ids=inp, cache=cache, use_cache=True, logits_to_keep=1)
-            inp = out.logits[:, -1].argmax(dim=-1, keepdim=True)
+            out = rt.model(input_ids=inp, cache=cache, use_cache=True, logits_to_keep=1, **kwargs)
+            last = out.logits[:, -1]
+            if top_k:
+                v, i = torch.topk(last.float(), min(int(top_k), last.shape[-1]), dim=-1)
+                top_v.append(v.cpu())
+                top_i.append(i.cpu())
+            if taps:  # every forward feeds rows whose taps are needed (the last generated token is never fed)
+                hid.append(torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).cpu())
+            inp = last.argmax(dim=-1, keepdim=True)
             cols.append(inp)
-    return torch.cat(cols, dim=1).tolist()
+    hidden = torch.cat(hid, dim=1) if taps else None
+    tops = (torch.stack(top_v, 1), torch.stack(top_i, 1)) if top_k else None
+    return torch.cat(cols, dim=1).tolist(), hidden, tops
 
 
 def batch_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int]) -> list[Any]:

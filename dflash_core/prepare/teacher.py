@@ -1,0 +1,181 @@
+"""Teacher data: the target's greedy continuations of the train seeds, with what drafter training reads of the
+target (hidden-state taps of every fed row, the target's top-k logits at every generated position) captured in
+the same forwards, so no second pass over the data recomputes them.
+
+Generation is batched by prompt length (no padding) and can be sharded over the ranks of a `torchrun` group:
+the length buckets are the same as unsharded and each rank runs every `world`-th of them, so each bucket
+computes exactly what it computes in one process and the merged result equals the unsharded one. Each rank
+writes its shard to the run's work directory; every rank then reads all shards, and the merged data is kept
+there (`teacher.safetensors`) so a killed `prepare` resumes without generating again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..errors import ArtifactError
+from . import distributed as dist
+
+log = logging.getLogger(__name__)
+
+TEACHER_BATCH = 128  # prompts per batched teacher forward: fills 2 cores on the mini target, small in memory
+TEACHER_FILE = "teacher.safetensors"
+
+
+@dataclass
+class TeacherData:
+    """Trajectories (prompt + continuation) and, per trajectory, the taps of its first L-1 rows and the target's
+    top-k (logits, ids) at rows prompt_len-1 .. L-2 (the rows whose argmax is a generated token)."""
+
+    sequences: list[list[int]]
+    prompt_lens: list[int]
+    taps: list[torch.Tensor] | None = None  # [L-1, n_taps * hidden] each
+    top_logits: list[torch.Tensor] | None = None  # [L - prompt_len, k] float32 each
+    top_ids: list[torch.Tensor] | None = None  # [L - prompt_len, k] long each
+    tap_layers: tuple[int, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def select(self, keep: Sequence[int]) -> "TeacherData":
+        """The trajectories with the given indexes (held-out drops, length filters), in that order."""
+        pick = lambda xs: None if xs is None else [xs[i] for i in keep]  # noqa: E731
+        return TeacherData([self.sequences[i] for i in keep], [self.prompt_lens[i] for i in keep], pick(self.taps),
+                           pick(self.top_logits), pick(self.top_ids), self.tap_layers)
+
+
+def length_buckets(seqs: Sequence[Sequence[int]], size: int) -> list[list[int]]:
+    """Indices of `seqs` grouped by length (then chunked to `size`): batches that need no padding."""
+    by_len: dict[int, list[int]] = {}
+    for i, s in enumerate(seqs):
+        by_len.setdefault(len(s), []).append(i)
+    return [idx[j:j + size] for _, idx in sorted(by_len.items()) for j in range(0, len(idx), size)]
+
+
+def generate_shard(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int], top_k: int,
+                   rank: int = 0, world: int = 1, batch: int = TEACHER_BATCH, progress: bool = False) -> dict:
+    """This rank's buckets (every `world`-th, from `rank`): {prompt index: (sequence, taps, top values, top ids)}."""
+    from ..progress import logged
+    from ..runtime.target import batch_teacher
+
+    prompts = [list(p) for p in prompts]
+    mine = length_buckets(prompts, batch)[rank::world]
+    out: dict[int, tuple] = {}
+    desc = "teacher batches" if world == 1 else f"teacher batches (rank {rank}/{world})"
+    for idx in logged(mine, desc, len(mine), log, bar=progress):
+        conts, hid, tops = batch_teacher(rt, [prompts[i] for i in idx], new_tokens, taps, top_k)
+        for r, i in enumerate(idx):
+            top_v, top_i = (None, None) if tops is None else (tops[0][r].contiguous(), tops[1][r].contiguous())
+            out[i] = (prompts[i] + conts[r], None if hid is None else hid[r].contiguous(), top_v, top_i)
+    return out
+
+
+def merge_shards(shards: Sequence[dict], prompts: Sequence[Sequence[int]], taps: Sequence[int]) -> TeacherData:
+    rows: dict[int, tuple] = {}
+    for sh in shards:
+        rows.update(sh)
+    if sorted(rows) != list(range(len(prompts))):
+        raise ArtifactError(f"teacher shards cover {len(rows)} of {len(prompts)} prompts: a rank's shard is missing")
+    col = lambda j: None if rows[0][j] is None else [rows[i][j] for i in range(len(prompts))]  # noqa: E731
+    return TeacherData([rows[i][0] for i in range(len(prompts))], [len(p) for p in prompts], col(1), col(2), col(3),
+                       tuple(int(t) for t in taps))
+
+
+def teacher_data(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int] = (), top_k: int = 0,
+                 *, work: Path | None = None, batch: int = TEACHER_BATCH, progress: bool = False) -> TeacherData:
+    """Generate (or, from `work`, reload) the teacher data; sharded over the ranks of a torchrun group.
+
+    Every rank returns the whole merged data. Without a process group this is one shard in this process. With
+    `work`, the merged data is saved there by rank 0 and reused by a later call with the same inputs.
+    """
+    rank, world = dist.rank(), dist.world_size()
+    key = _key(prompts, new_tokens, taps, top_k)
+    if work is not None:
+        rows = load_rows(work / TEACHER_FILE, key)
+        if rows is not None:
+            log.info("teacher data reloaded from %s (a resumed prepare)", work / TEACHER_FILE)
+            return merge_shards([rows], prompts, taps)
+    shard = generate_shard(rt, prompts, new_tokens, taps, top_k, rank, world, batch, progress)
+    if world == 1:
+        data = merge_shards([shard], prompts, taps)
+    elif work is None:
+        data = merge_shards(dist.all_gather_object(shard), prompts, taps)
+    else:  # through files: the taps of a real target are gigabytes, too much for one pickled collective
+        part = work / f"teacher-shard-{rank}-of-{world}.safetensors"
+        save_rows(part, shard, key)
+        dist.barrier()
+        shards = []
+        for r in range(world):
+            rows = load_rows(work / f"teacher-shard-{r}-of-{world}.safetensors", key)
+            if rows is None:
+                raise ArtifactError(f"the teacher shard of rank {r} in {work} is missing or unreadable")
+            shards.append(rows)
+        data = merge_shards(shards, prompts, taps)
+        dist.barrier()
+        part.unlink(missing_ok=True)
+    if work is not None and rank == 0:
+        save_rows(work / TEACHER_FILE, rows_of(data), key)
+    dist.barrier()
+    return data
+
+
+def rows_of(data: TeacherData) -> dict:
+    cols = (data.taps, data.top_logits, data.top_ids)
+    return {i: (data.sequences[i], *(None if c is None else c[i] for c in cols)) for i in range(len(data))}
+
+
+def _key(prompts, new_tokens, taps, top_k) -> str:
+    import hashlib
+
+    doc = {"prompts": [list(map(int, p)) for p in prompts], "new_tokens": int(new_tokens),
+           "taps": [int(t) for t in taps], "top_k": int(top_k)}
+    return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
+
+
+def save_rows(path: Path, rows: dict, key: str) -> None:
+    """Rows {index: (sequence, taps, top values, top ids)} as one safetensors file: one tensor per row and kind
+    (no concatenated copy of gigabytes of taps), sequences in the metadata. Written straight to a temporary file
+    and renamed, so a kill mid-write leaves no file under the final name."""
+    import os
+    import secrets
+
+    from safetensors.torch import save_file
+
+    order = sorted(rows)
+    meta = {"key": key, "index": order, "sequences": [list(map(int, rows[i][0])) for i in order]}
+    tensors = {f"{name}/{r}": rows[i][j] for j, name in ((1, "taps"), (2, "top_logits"), (3, "top_ids"))
+               for r, i in enumerate(order) if rows[i][j] is not None}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
+    try:
+        save_file(tensors, str(tmp), metadata={"teacher": json.dumps(meta)})
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_rows(path: Path, key: str) -> dict | None:
+    """The rows `save_rows` wrote for `key`, else None (absent, unreadable or written for other inputs)."""
+    from safetensors import SafetensorError, safe_open
+
+    if not path.is_file():
+        return None
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = json.loads((f.metadata() or {})["teacher"])
+            if meta.get("key") != key:
+                return None
+            names = ("taps", "top_logits", "top_ids")
+            have = set(f.keys())
+            return {i: (meta["sequences"][r], *(f.get_tensor(f"{n}/{r}") if f"{n}/{r}" in have else None
+                                                for n in names))
+                    for r, i in enumerate(meta["index"])}
+    except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as exc:
+        log.warning("ignoring unreadable teacher data %s: %s", path, exc)
+        return None
