@@ -55,7 +55,7 @@ def bench_config(config):
     # Each pytest option's default already is its environment value (options.add_pytest_option).
     kw = {name: config.getoption(option(name).pytest) for name in BENCH_FIELDS}
     return BenchConfig(smoke=config.getoption("--smoke"), tune=config.getoption("--tune"),
-                       references=not config.getoption("--no-references"),
+                       peer_rows=not config.getoption("--no-references"),
                        calibration_widths=tuple(given_widths(config)), explicit=explicit_knobs(config), **kw).sized()
 
 
@@ -140,7 +140,7 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.fixture(scope="session")
 def bench(request):
-    """The shared BenchSession (target, artifacts, prompts, references, calibration). The run's noise figure
+    """The shared BenchSession (target, artifacts, prompts, greedy outputs, calibration). The run's noise figure
     comes from its own ranking rounds (dflash_core.bench.stats.robust_noise), not from extra A/A rounds."""
     from dflash_core.bench.session import open_session
 

@@ -47,7 +47,7 @@ def test_ranking_rounds(bench):
 def test_reference(benchmark, bench, reference):
     from dflash_core.bench.peers import measure_reference
 
-    if not bench.cfg.references:
+    if not bench.cfg.peer_rows:
         import pytest
 
         pytest.skip("--no-references")

@@ -29,6 +29,20 @@ class PreparedTarget:
     path: Any
 
 
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    """No DFLASH_* knob from the caller's shell, an empty artifact home (in-process commands). Child processes
+    get theirs from `tests.envs.child_env`."""
+    import os
+
+    for var in [v for v in os.environ if v.startswith("DFLASH_")]:
+        monkeypatch.delenv(var)
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("DFLASH_HOME", str(home))
+    return home
+
+
 @pytest.fixture(scope="session")
 def tiny_prepared(tmp_path_factory) -> PreparedTarget:
     """A tiny hybrid LFM2 saved to disk, prepared with every fitter, loaded back in float64 (strict)."""

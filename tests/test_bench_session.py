@@ -164,8 +164,8 @@ def test_token_text_covers_every_traced_id():
 def test_measure_reference_pairs_the_oracle_with_normal(session):
     from dflash_core.bench.peers import measure_reference, reference_runner
 
-    outs, wall = reference_runner(session.rt, session.prompt_ids, session.references, TOKENS, "oracle-w2")()
-    assert outs == session.references and wall > 0
+    outs, wall = reference_runner(session.rt, session.prompt_ids, session.greedy_outputs, TOKENS, "oracle-w2")()
+    assert outs == session.greedy_outputs and wall > 0
     info = measure_reference(session, "oracle-w2", rounds=2)
     assert set(info) == {"reference", "device", "tokens_per_second", "tokens_per_second_iqr", "speedup",
                          "speedup_iqr", "speedup_rounds", "rounds", "exact", "verdicts"}

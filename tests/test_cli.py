@@ -18,19 +18,6 @@ FLAG_OF = {"DFLASH_TARGET": "--target", "DFLASH_DEVICE": "--device", "DFLASH_DTY
 
 
 @pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    """No DFLASH_* knob from the caller's shell; an empty artifact home."""
-    import os
-
-    for var in [v for v in os.environ if v.startswith("DFLASH_")]:
-        monkeypatch.delenv(var)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("DFLASH_HOME", str(home))
-    return home
-
-
-@pytest.fixture
 def recorders(monkeypatch):
     """Fake prepare, load_target and subprocess.call that record their calls."""
     import subprocess

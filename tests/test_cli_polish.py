@@ -4,7 +4,6 @@ CLI spells them, `run`'s speedup against the greedy it runs anyway, and the hist
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,13 +12,13 @@ import pytest
 
 from dflash_core import __main__ as cli
 
+from .envs import child_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "HF_HUB_DISABLE"))}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])), **extra)
-    return env
+    return child_env(**extra)
 
 
 def test_version_and_the_parser_import_no_torch():

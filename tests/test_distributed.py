@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from .envs import child_env
+
 WORKER = Path(__file__).resolve().parent / "prepare_worker.py"
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _env() -> dict:
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    return {k: v for k, v in env.items() if not k.startswith("DFLASH_")}
+    return child_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
 
 
 def _torchrun(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

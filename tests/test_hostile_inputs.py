@@ -47,17 +47,6 @@ def alarm(seconds: int):
 
 
 @pytest.fixture
-def clean_env(monkeypatch, tmp_path):
-    """No DFLASH_* knob from the caller's shell; an empty artifact home."""
-    for var in [v for v in os.environ if v.startswith("DFLASH_")]:
-        monkeypatch.delenv(var)
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("DFLASH_HOME", str(home))
-    return home
-
-
-@pytest.fixture
 def recorders(monkeypatch, tmp_path):
     """prepare, load_target, the child pytest and model allocation replaced by recorders."""
     import subprocess

@@ -408,7 +408,7 @@ def test_inactive_methods_are_labelled_in_the_table_and_the_chart():
     assert "inactive" not in mobs_row and "30.0 %" in mobs_row and "-1" in mobs_row
     act_row = next(r for r in table.split("<tr") if " act</td>" in r)
     assert "25.0%" in act_row and "50.0%" in act_row and "9 <span class=muted>(raced: cap)" in act_row
-    assert "<td class=\"more dtau\">0.00</td>" in act_row  # tau - dflash tau at the same width, beside the per-context counts
+    assert "<td class=\"more dtau\">0.00</td>" in act_row  # tau - dflash tau at the same width (a hidden column)
     chart = page.split('id=speedup-chart', 1)[1].split("</svg>", 1)[0]
     import re
 

@@ -26,8 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..runtime.decode import Proposal
-
-BASELINE = "dflash"  # the method every other's draft is compared with (method 01)
+from .config import BASELINE
 
 
 class Shadowed:

@@ -16,6 +16,10 @@ from ..options import BENCH_FIELDS, env_value, option
 # what the mini's does per round x 2.5, ~25 min on 2 cores (docs/real-targets.md). `--bench-size full` keeps the
 # table's defaults; `--bench-widths 1,2,4,8 --bench-prompts 6 --bench-tokens 64` is the full matrix.
 REAL_TARGET_PARAMETERS = 100_000_000
+# The baseline of every paired comparison between methods: each speculative round also times it at the same
+# width seconds before the method (bench.rounds), activity compares every method's drafts with its drafts
+# (bench.activity), and the ranking ranks ratios against it (report.ranking).
+BASELINE = "dflash"
 # rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (bench/stats.MIN_LABELLED_N)
 REAL_TARGET_DEFAULTS = {"tokens": 32, "prompt_limit": 2, "calibration_tokens": 16, "calibration_prompt_limit": 2,
                         "rank_rounds": 6}
@@ -53,7 +57,7 @@ class BenchConfig:
     resized: tuple[str, ...] = ()  # fields `sized_for` replaced (recorded in the report's settings)
     smoke: bool = False
     tune: bool = False
-    references: bool = True
+    peer_rows: bool = True  # the reference rows (peers, oracle, verify-cost curve); --no-references skips them
 
     @classmethod
     def from_env(cls, **explicit: Any) -> "BenchConfig":

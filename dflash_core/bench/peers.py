@@ -120,7 +120,7 @@ def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]
 
 def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None) -> dict:
     """Time reference `kind` (dflash_core.bench.peers) against `normal` in `rounds` paired rounds."""
-    runner = reference_runner(sess.rt, sess.prompt_ids, sess.references, sess.cfg.tokens, kind, sess.prepared)
+    runner = reference_runner(sess.rt, sess.prompt_ids, sess.greedy_outputs, sess.cfg.tokens, kind, sess.prepared)
 
     def run():
         outs, wall = runner()
@@ -149,7 +149,7 @@ def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) ->
 def _verify_cost_curve(sess: BenchSession, widths: list[int], calls: int) -> dict:
     from .costmodel import verify_times
 
-    p = sess.prompt_ids[0] + sess.references[0][: max(0, sess.cfg.tokens // 2)]
+    p = sess.prompt_ids[0] + sess.greedy_outputs[0][: max(0, sess.cfg.tokens // 2)]
     t = verify_times(sess.rt, p, sorted({1, *(w + 1 for w in widths)}), calls)
     curve = {str(w): float(t[w + 1] / t[1]) for w in widths}
     return {"t_decode_seconds": float(t[1]), "ratio": curve, "calls_per_point": calls}

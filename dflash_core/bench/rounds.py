@@ -15,9 +15,6 @@ if TYPE_CHECKING:
     from .session import BenchSession
 
 
-BASELINE = "dflash"  # every speculative round also times plain dflash at its width, seconds before the method
-
-
 def decode_all(sess: BenchSession, method: str, width: int, trace: list | None = None,
                rounds: list | None = None):
     """Decode every benchmark prompt once with the options calibrated for `width`; returns (outputs, stats list,
@@ -40,7 +37,7 @@ def decode_all(sess: BenchSession, method: str, width: int, trace: list | None =
 
 
 def verdicts(sess: BenchSession, outs: list[list[int]]) -> list[str]:
-    return [classify(o, r, m, sess.rt.dtype).kind for o, r, m in zip(outs, sess.references, sess.margins)]
+    return [classify(o, r, m, sess.rt.dtype).kind for o, r, m in zip(outs, sess.greedy_outputs, sess.margins)]
 
 
 def verdict_fields(kinds: list[str]) -> dict:
@@ -81,7 +78,7 @@ def comparison_rounds(baseline_walls: list[float], walls: list[float]) -> list[f
 
 def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None, warmup=None, baseline=None) -> PairedRounds:
     """Time `run()` (returns (wall seconds, result)) against `normal` in `rounds` interleaved rounds, after
-    one untimed warm-up (`warmup()`, else `run()`; normal is warm: the session's references ran it).
+    one untimed warm-up (`warmup()`, else `run()`; normal is warm: the session ran it for the greedy outputs).
 
     With a pytest-benchmark fixture, the rounds go through `benchmark.pedantic` and normal runs in its
     untimed setup right before each round, so each round's ratio is paired. `baseline()` (a wall in seconds), when

@@ -1,5 +1,5 @@
 """The benchmark session, built once per pytest session: it loads the target, verifies (or prepares) the
-artifacts, encodes the held-out benchmark prompts, computes the greedy references, measures the target's
+artifacts, encodes the held-out benchmark prompts, computes the greedy outputs, measures the target's
 component costs and runs every calibration on the calibration prompts only. It also builds the lab section of
 benchmark.json, the only thing the report builder reads of the session."""
 
@@ -27,7 +27,7 @@ class BenchSession:
     family: str
     prompts: list[str]
     prompt_ids: list[list[int]]
-    references: list[list[int]]
+    greedy_outputs: list[list[int]]  # each benchmark prompt's greedy continuation: what exactness compares with
     margins: list[list[float]]
     calibration: dict = field(default_factory=dict)  # method -> calibration record (with "selected")
     options: dict = field(default_factory=dict)  # method -> proposer options chosen by calibration

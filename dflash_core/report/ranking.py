@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import statistics
 
+from ..bench.config import BASELINE
 from ..bench.selection import NOT_FASTEST, RULE, rank
 from ..bench.stats import leading_width, median_interval, robust_noise
 
-BASELINE = "dflash"
 NOISE_FIGURE = "pooled robust SD (MAD x 1.4826, small-sample factor) of the ranked cases' per-round log ratios"
 
 
