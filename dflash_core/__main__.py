@@ -163,7 +163,7 @@ def check_run_args(a, info) -> None:
 
 def check_target_args(target: str, home, revision: str | None) -> None:
     """The target's name (not its files) and that --revision goes with a hub id."""
-    from .runtime.target import resolve_target_source
+    from .runtime.checkpoint import resolve_target_source
 
     kind, _ = resolve_target_source(target, home)
     if revision is not None and kind != "hub":
