@@ -84,6 +84,8 @@ def _with(**chosen):
     (json.dumps(_with(options={"dspark_lite": {"4": {"floor": -3.0}}})).encode(), "dspark_lite at width 4"),
     (json.dumps(_with(options={"dspark_lite": {"4": {"speed": 1}}})).encode(), "has no option"),
     (json.dumps(_with(options={"dflash": {"4": {"tau": 1}}})).encode(), "dflash is not calibrated"),
+    (json.dumps(_with(ranking_width=7)).encode(), "ranking_width.*not one of its widths"),
+    (json.dumps(_with(ranking_width="11")).encode(), "ranking_width.*not one of its widths"),
 ])
 def test_hostile_files_are_refused_naming_the_problem(tmp_path, content, message):
     p = tmp_path / "run.json"
@@ -103,7 +105,7 @@ def test_size_is_bounded_before_the_file_is_read(tmp_path, monkeypatch):
 def _session(widths=(), block=16):
     cfg = SimpleNamespace(calibration_widths=tuple(widths))
     return SimpleNamespace(cfg=cfg, block_size=block, bench_widths=[], width_choice=None, width_options={},
-                           options={}, calibration={})
+                           options={}, calibration={}, ranking_width=None)
 
 
 def test_apply_gives_the_session_the_runs_widths_and_options():
@@ -119,6 +121,19 @@ def test_apply_gives_the_session_the_runs_widths_and_options():
     reuse.apply_reused(_session((11, 4)), got)  # the same widths, given in another order
     with pytest.raises(BadInputError, match="width 11 exceeds this drafter's block size B=8"):
         reuse.apply_reused(_session(block=8), got)
+
+
+def test_a_reused_run_ranks_at_the_width_the_run_ranked_at(tmp_path):
+    """The ranking width is part of what a run chose: two runs ranked at different widths compare other cases."""
+    got = reuse.load_reused(str(_file(tmp_path, _with(ranking_width=11))))
+    assert got.ranking_width == 11
+    sess = _session()
+    reuse.apply_reused(sess, got)
+    assert sess.ranking_width == 11
+    older = reuse.load_reused(str(_file(tmp_path, _saved(), "0002_run.json")))  # saved before it was recorded
+    sess = _session()
+    reuse.apply_reused(sess, older)
+    assert older.ranking_width is None and sess.ranking_width is None  # chosen again on calibration prompts
 
 
 def test_bench_refuses_a_bad_file_with_one_error_line_before_prepare(tmp_path, monkeypatch, capsys):

@@ -37,6 +37,7 @@ class Reused:
     source: str
     widths: tuple[int, ...]
     options: dict  # method -> {width: {option: value}}
+    ranking_width: int | None = None  # the width the run ranked at (settings.chosen), one of `widths`
 
 
 def resolve_source(text: str, storage: str | Path = ".benchmarks") -> Path:
@@ -166,8 +167,11 @@ def read_source(path: Path) -> Reused:
             raise _refuse(f"{where}: settings.chosen", "must be an object")
         widths = _widths(chosen.get("widths"), f"{where}: settings.chosen.widths")
         options = _options(chosen.get("options", {}), f"{where}: settings.chosen.options", widths)
-    else:
-        widths, options = _from_rows(rows, where)
+        rw = chosen.get("ranking_width")
+        if rw is not None and (isinstance(rw, bool) or not isinstance(rw, int) or rw not in widths):
+            raise _refuse(f"{where}: settings.chosen.ranking_width", f"is {str(rw)[:20]!r}, not one of its widths")
+        return Reused(where, widths, options, rw)
+    widths, options = _from_rows(rows, where)
     return Reused(where, widths, options)
 
 
@@ -198,7 +202,7 @@ def check_registry(reused: Reused) -> Reused:
             except BadInputError as exc:
                 raise BadInputError(f"{reused.source}: {mid} at width {w}: {exc}") from None
         kept[mid] = per
-    return Reused(reused.source, reused.widths, kept)
+    return Reused(reused.source, reused.widths, kept, reused.ranking_width)
 
 
 def load_reused(text: str, storage: str | Path = ".benchmarks") -> Reused:
@@ -223,6 +227,7 @@ def apply_reused(sess, reused: Reused) -> None:
                             f"block size B={sess.block_size} (the run used another drafter): drop --calibration-from")
     check_given_widths(reused, cfg.calibration_widths)
     sess.bench_widths = list(reused.widths)
+    sess.ranking_width = reused.ranking_width  # None (a run before it was recorded): chosen here on calibration
     sess.width_choice = {"reused_from": reused.source, "selected": list(reused.widths),
                          "rule": f"reused from {reused.source} (--calibration-from)"}
     for mid, per in reused.options.items():

@@ -82,7 +82,7 @@ class BenchSession:
         a later run that reuses them measures the same cases, which the gate and pooling require (report.match)."""
         from .calibration import calibration_widths
 
-        return {"widths": calibration_widths(self), "source": self.choice_source,
+        return {"widths": calibration_widths(self), "source": self.choice_source, "ranking_width": self.ranking_width,
                 "options": {mid: {str(w): dict(o) for w, o in per.items()} for mid, per in self.width_options.items()}}
 
     def cost_model_section(self) -> dict:
@@ -174,13 +174,13 @@ def _open(cfg: BenchConfig) -> BenchSession:
     elif cfg.calibration_widths:
         sess.choice_source = "given"
     cal_texts = list(ps.calibration[: cfg.calibration_prompt_limit])
-    # once: auto_widths, the ranking width and every calibrator share it (the ranking width is chosen on
-    # calibration prompts even when the widths and options are reused, since it costs one small table)
+    # once: auto_widths, the ranking width and every calibrator share it
     ctx = calibration_context(sess, cal_texts)
     if not cfg.calibration_widths and not sess.bench_widths:  # --bench-widths auto, nothing reused
         sess.choice_source = "smoke" if cfg.smoke else "auto"
         sess.bench_widths = [sess.block_size] if cfg.smoke else auto_widths(sess, cal_texts, ctx)
-    sess.ranking_width = ranking_width(sess, calibration_widths(sess), ctx)
+    if sess.ranking_width is None:  # reused runs rank at the width the reused run ranked at
+        sess.ranking_width = ranking_width(sess, calibration_widths(sess), ctx)
     if cfg.tune or any(m.id not in sess.width_options for m in calibrated()):
         calibrate_all(sess, cal_texts, ctx)
     return sess
