@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..runtime.decode import DecodeStats
 from ..runtime.device import torch_threads
+from .config import BASELINE
 from .costmodel import loop_block
-from .rounds import BASELINE, PairedRounds, comparison_rounds, decode_all, paired_rounds, verdict_fields, verdicts
+from .rounds import PairedRounds, comparison_rounds, decode_all, paired_rounds, verdict_fields, verdicts
 from .stats import median_iqr
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ def activity_decode(sess: BenchSession, method: str, width: int) -> dict | None:
     where their drafts differ and what that did to accepted drafts (`activity.summary`). None for normal."""
     from ..methods import get_method
     from ..runtime.decode import speculative
-    from .activity import BASELINE, Shadowed, count_rounds, summary
+    from .activity import Shadowed, count_rounds, summary
 
     info = get_method(method)
     if info.build is None:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from ..progress import Progress
 from ..runtime.device import synchronize, torch_threads
 from .cases import CaseRounds, summarize
-from .rounds import BASELINE, decode_all
+from .config import BASELINE
+from .rounds import decode_all
 
 if TYPE_CHECKING:
     from .session import BenchSession
