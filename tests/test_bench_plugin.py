@@ -81,7 +81,8 @@ def test_each_case_prints_its_result_as_it_finishes(smoke_run):
     progress = [ln for ln in out.splitlines() if ln.startswith("dflash progress: ")]
     total = len(names) + 2  # every benchmark item: the cases, test_rounds and test_ranking_rounds
     assert len(progress) == total and progress[-1].startswith(f"dflash progress: {total}/{total} items, ")
-    assert re.match(r"^dflash progress: 1/[0-9]+ items, [0-9]+s elapsed, ~[0-9]+(s|m[0-9]{2}s) left$", progress[0])
+    clock = r"([0-9]+s|[0-9]+m[0-9]{2}s|[0-9]+h[0-9]{2}m)"  # progress.clock: 42s, 3m05s, 1h02m (a loaded machine)
+    assert re.match(rf"^dflash progress: 1/[0-9]+ items, {clock} elapsed, ~{clock} left$", progress[0]), progress[0]
     assert "calibration (4 methods x 2 widths): 8/8, " in out  # the calibration loop logs its progress
 
 
