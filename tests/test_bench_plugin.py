@@ -410,7 +410,7 @@ def test_auto_widths_and_round_robin_rounds_reach_the_report(pytester, tiny_lab,
     steps = 2 * sched["cases"]
     assert f"base rounds (round-robin passes): {steps}/{steps}, " in out  # the passes log their progress
     B = doc["settings"]["block_size"]
-    assert f"auto widths: dflash at every width on calibration prompts: {B}/{B}, " in out
+    assert f"widths: dflash at {B} width(s) on calibration prompts: {B}/{B}, " in out  # auto widths: every width
     assert re.search(r"dflash case test_decode\[dflash-cpu-w[0-9]+\]: round 1 of 3: speedup [0-9.]+x tok/call", out)
     saved = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
     decode = [b for b in saved if b["name"].startswith("test_decode")]

@@ -313,7 +313,7 @@ def test_fuzz_report_and_gate_inputs(canonical, data, which):
             _one_error_or_none(err, rc)
         for args in (["gate", str(good), str(hostile)], ["gate", str(hostile), str(good)]):
             rc, err = _run_cli(args)
-            assert rc in (0, 1, 2)
+            assert rc in (0, 1, 2, 3)  # 3: the gate's "inconclusive" (a run that cannot support a verdict)
             _one_error_or_none(err, rc)
             if which == "canonical" and not judgeable(bad):
                 assert rc == 2, f"the gate judged a document it cannot judge: {args[1:]}"

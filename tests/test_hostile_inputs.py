@@ -247,7 +247,7 @@ def test_non_finite_drafter_weights_are_refused_before_prepare_works(drafter_dir
                                                                      value):
     from safetensors.torch import load_file, save_file
 
-    from dflash_core.prepare import train
+    from dflash_core.prepare import teacher
     from dflash_core.prepare.pipeline import prepare
     from dflash_core.testing import tiny_prepare_config
 
@@ -258,7 +258,7 @@ def test_non_finite_drafter_weights_are_refused_before_prepare_works(drafter_dir
     sd[key] = sd[key].clone()
     sd[key].view(-1)[0] = value
     save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
-    monkeypatch.setattr(train, "trajectories", lambda *a, **k: pytest.fail("work began on a NaN drafter"))
+    monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: pytest.fail("work began on a NaN drafter"))
     with pytest.raises(BadInputError, match="NaN or infinite"):
         prepare(str(tiny_ckpt), home=tmp_path / "home", cfg=tiny_prepare_config(), progress=False, drafter=str(d))
     assert not list((tmp_path / "home").rglob("*.json"))

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from dflash_core import __main__ as cli
-from dflash_core.prepare import train
+from dflash_core.prepare import teacher, train
 from dflash_core.prepare.pipeline import TRAJ_FILE, prepare
 from dflash_core.prepare.prepared import load_prepared
 from dflash_core.runtime.target import load_target
@@ -44,7 +44,7 @@ def _forbid(monkeypatch, *what):
     from dflash_core.methods.base import Fitter
 
     if "trajectories" in what:
-        monkeypatch.setattr(train, "trajectories", lambda *a, **k: pytest.fail("teacher trajectories regenerated"))
+        monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: pytest.fail("teacher trajectories regenerated"))
     if "fits" in what:
         monkeypatch.setattr(Fitter, "__call__", lambda self, ctx: pytest.fail(f"{self.name} was refitted"))
 
@@ -107,8 +107,8 @@ def test_trajectories_with_another_teacher_key_are_regenerated(tiny_prepared, ex
     m["teacher"]["key"] = "0" * 64  # built for another target, recipe or seeds
     (own / "manifest.json").write_text(json.dumps(m))
     calls = []
-    real = train.trajectories
-    monkeypatch.setattr(train, "trajectories", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = teacher.teacher_data
+    monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: calls.append(1) or real(*a, **k))
     out = _prepare(tiny_prepared, home, _other_drafter(exported, tmp_path))
     assert calls == [1] and "reused_from" not in json.loads((out / "manifest.json").read_text())["teacher"]
 
@@ -118,8 +118,8 @@ def test_a_tampered_trajectory_file_is_not_reused(tiny_prepared, exported, home,
     raw = (own / TRAJ_FILE).read_text()
     (own / TRAJ_FILE).write_text(raw.replace("[", "[ ", 1))  # same JSON, other bytes: its SHA-256 no longer matches
     calls = []
-    real = train.trajectories
-    monkeypatch.setattr(train, "trajectories", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = teacher.teacher_data
+    monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: calls.append(1) or real(*a, **k))
     _prepare(tiny_prepared, home, _other_drafter(exported, tmp_path))
     assert calls == [1]
 

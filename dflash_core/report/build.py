@@ -205,9 +205,11 @@ def validate_saved(doc: Any, where: str) -> None:
 
 def model_identity(doc: dict) -> dict:
     """The hashes that say which model a run measured: the target's SHA-256s, its dtype, the artifacts'."""
-    lab = doc.get("dflash") or {}
-    tgt = lab.get("target") or {}
-    files = ((lab.get("provenance") or {}).get("artifacts") or {}).get("files") or {}
+    lab = doc.get("dflash") if isinstance(doc.get("dflash"), dict) else {}
+    tgt = lab.get("target") if isinstance(lab.get("target"), dict) else {}  # a saved run is hostile until checked
+    prov = lab.get("provenance") if isinstance(lab.get("provenance"), dict) else {}
+    arts = prov.get("artifacts") if isinstance(prov.get("artifacts"), dict) else {}
+    files = arts.get("files") if isinstance(arts.get("files"), dict) else {}
     ident = {
         "target": {k: v for k, v in sorted(tgt.items()) if "sha256" in k},
         "dtype": tgt.get("dtype"),
