@@ -1,9 +1,10 @@
 """Screenshots of the report pages for the docs (docs/img/), taken in headless Chromium from a report folder.
 
-    python scripts/screenshots.py reports/cpu [--out docs/img]
+    python scripts/screenshots.py reports/cpu [--compare reports/compare] [--out docs/img]
 
 Writes index-top.png (the first screen of index.html), report-top.png (the first screen of report.html) and one
-PNG per figure of report.html (plot-*.png). A figure is shot alone: its <figure> and the page's stylesheet in a
+PNG per figure of report.html (plot-*.png); with --compare, compare-top.png (the first screen of the
+folder's compare.html, written by `python -m dflash_core.report compare`). A figure is shot alone: its <figure> and the page's stylesheet in a
 page of their own, sized to the figure, so no cropping tool is needed. Needs Debian's `chromium` (or
 chromium-browser / google-chrome) on PATH; nothing is fetched from the network.
 """
@@ -59,8 +60,11 @@ def figure_page(report_html: str, plot_id: str) -> tuple[str, int, int] | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("reports", type=Path, help="a report folder (reports/cpu) holding index.html and report.html")
+    ap.add_argument("--compare", type=Path, help="a folder holding compare.html (report compare --out DIR)")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "img")
     a = ap.parse_args(argv)
+    if a.compare is not None and not (a.compare / "compare.html").is_file():
+        sys.exit(f"error: {a.compare} holds no compare.html (pass the --out folder of report compare)")
     folder = a.reports if (a.reports / "report.html").is_file() else a.reports / "cpu"
     if not (folder / "report.html").is_file() or not (folder / "index.html").is_file():
         sys.exit(f"error: {a.reports} holds no report.html and index.html (pass reports/<device>)")
@@ -71,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = Path(tmp) / "profile"
         written.append(shoot(exe, folder / "index.html", a.out / "index-top.png", 1280, 1000, profile))
         written.append(shoot(exe, folder / "report.html", a.out / "report-top.png", 1280, 1000, profile))
+        if a.compare is not None:
+            written.append(shoot(exe, a.compare / "compare.html", a.out / "compare-top.png", 1280, 900, profile))
         report = (folder / "report.html").read_text(encoding="utf-8")
         for pid in PLOT_IDS:
             fig = figure_page(report, pid)
