@@ -3,10 +3,10 @@
     python scripts/screenshots.py reports/cpu [--compare reports/compare] [--out docs/img]
 
 Writes index-top.png (the first screen of index.html), report-top.png (the first screen of report.html) and one
-PNG per figure of report.html (plot-*.png); with --compare, compare-top.png (the first screen of the
-folder's compare.html, written by `python -m dflash_core.report compare`). A figure is shot alone: its <figure> and the page's stylesheet in a
-page of their own, sized to the figure, so no cropping tool is needed. Needs Debian's `chromium` (or
-chromium-browser / google-chrome) on PATH; nothing is fetched from the network.
+PNG per figure of report.html (plot-*.png); with --compare, compare-top.png (the first screen of the folder's
+compare.html, written by `python -m dflash_core.report compare`). A figure is shot alone: its <figure> and the
+page's stylesheet in a page of their own, sized to the figure, so no cropping tool is needed. Needs Debian's
+`chromium` (or chromium-browser / google-chrome) on PATH; nothing is fetched from the network.
 """
 
 from __future__ import annotations
