@@ -644,3 +644,18 @@ def test_screenshot_script_cuts_every_figure_out_of_the_report():
         assert f'<svg id="{pid}"' in html_ and "<details>" not in html_ and w > 500 and h > 300
     sparse = render_report(build_report([_saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5)])], ["r"]))
     assert figure_page(sparse, "plot-noise") is None and figure_page(sparse, "plot-speedup-width") is not None
+
+
+def test_an_interval_cell_shows_its_coverage_and_keeps_the_label_as_a_tooltip():
+    """Eight columns must fit a laptop screen: the cell shows "75 %" or "95 %", the full label is the tooltip."""
+    import re
+
+    from dflash_core.report.html import _coverage
+
+    assert _coverage("min-max of 3 rounds (covers the median with 75.0 %)") == (
+        '<span class=muted title="min-max of 3 rounds (covers the median with 75.0 %)">75 %</span>')
+    assert ">95 %</span>" in _coverage("95 % CI (order statistics 4 and 13 of 16, exact coverage 97.9 %)")
+    assert _coverage(None) == "" and _coverage("") == ""
+    page = render_report(_rich())
+    table = page.split("<table id=methods-table>", 1)[1].split("</table>", 1)[0]
+    assert "covers the median with" not in re.sub(r'title="[^"]*"', "", table)  # only inside tooltips

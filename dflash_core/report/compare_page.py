@@ -74,7 +74,7 @@ the change as NEW/BASE − 1 with a 95 % bootstrap interval (each run resampled 
 (deterministic for one setting; both runs chose the same settings, or the page would not exist). Verdicts are the
 gate's (<code>python -m dflash_core.report gate</code>): a speedup is judged only with at least
 {_e(cfg.get('min_rounds'))} rounds in each run, as a regression when its median dropped by more than
-{_num(100 * cfg.get('speedup_drop', 0), 0)} % and the Q1–Q3 ranges are apart (beyond the A/A noise of a run flagged
+{_num(100 * cfg.get('speedup_drop', 0), 0)} % and the Q1–Q3 ranges are apart (beyond the noise figure of a run flagged
 noisy); otherwise "not judged" or "inconclusive", never a regression.</p>
 <table id=compare-table><tr><th>method</th><th>width</th><th>BASE speedup</th><th>NEW speedup</th>
 <th>change</th><th>tok/call</th><th>verdict</th><th>why</th></tr>{rows}</table></main></body></html>
