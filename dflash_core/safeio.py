@@ -120,6 +120,19 @@ def read_json(path: str | Path, what: str, error: type[DFlashError], fix: str,
     return parse_json(raw, f"{what} {path}", error, fix, max_depth)
 
 
+def check_out_parent(out: Path, error: type[DFlashError]) -> None:
+    """An --out the command can create: its nearest existing ancestor is a directory this user can write, checked
+    before anything is loaded or packed (a read-only or misspelt place failed only after minutes of work)."""
+    for parent in Path(out).parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise error(f"--out {out}: {parent} is not a directory: choose another --out")
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise error(f"--out {out}: permission denied on {parent} (read-only or not yours): choose a folder "
+                            "you can write")
+            return
+
+
 def finite(x: Any) -> bool:
     """A real number (not a bool) that is finite, and small enough to be a float."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):

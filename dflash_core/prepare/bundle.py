@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, BadInputError, BundleError, os_error_message
-from ..safeio import parse_json
+from ..safeio import check_out_parent, parse_json
 from .artifacts import (
     MANIFEST,
     TARGET_MANIFEST,
@@ -116,14 +116,7 @@ def check_export_out(out: Path) -> None:
     """Refuse an --out that cannot become the bundle file, before anything is loaded or packed."""
     if out.is_dir() or (out.exists() and not out.is_file()):
         raise BadInputError(f"--out {out} exists and is not a regular file: name a new bundle file")
-    for parent in [out.parent, *out.parent.parents]:
-        if parent.exists():
-            if not parent.is_dir():
-                raise BadInputError(f"--out {out}: {parent} is not a directory: choose another --out")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise BadInputError(f"--out {out}: permission denied on {parent} (read-only or not yours): choose "
-                                    "a folder you can write")
-            break
+    check_out_parent(out, BadInputError)
 
 
 def _pack(tmp: Path, doc: dict, members: list[tuple[str, Path]]) -> None:

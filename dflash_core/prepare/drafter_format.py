@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, BadInputError
+from ..safeio import check_out_parent
 
 MODEL_TYPE = "muse_glimmer_assistant"
 # Extra config.json fields our export records about the target it was trained for (transformers keeps
@@ -170,14 +171,7 @@ def check_drafter_out(out: Path) -> None:
     """export-drafter's --out: a new or empty directory under a directory (checked before loading anything)."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise BadInputError(f"--out {out} exists and is not an empty directory: name a new directory")
-    for parent in out.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise BadInputError(f"--out {out}: {parent} is not a directory: choose another --out")
-            if not os.access(parent, os.W_OK | os.X_OK):
-                raise BadInputError(f"--out {out}: permission denied on {parent} (read-only or not yours): choose "
-                                    "a folder you can write")
-            break
+    check_out_parent(out, BadInputError)
 
 
 # --- import ---------------------------------------------------------------------------------------------
