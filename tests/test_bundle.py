@@ -6,16 +6,16 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import shutil
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from dflash_core.errors import BundleError
-from dflash_core.prepare.artifacts import artifact_dir, target_identity, write_target_manifest
 from dflash_core.prepare.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
 from dflash_core.testing import tiny_prepare_config
+
+from .homes import make_mini_like_home
 
 TINY_PREP = tiny_prepare_config()
 
@@ -28,13 +28,7 @@ def snapshot(home: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def mini_like_home(tiny_prepared, tmp_path_factory) -> Path:
-    """A home whose `targets/mini` is the tiny checkpoint (with its target manifest) plus its artifacts."""
-    home = tmp_path_factory.mktemp("bundle-src") / "home"
-    shutil.copytree(tiny_prepared.path, home / "targets" / "mini")
-    write_target_manifest(home / "targets" / "mini")
-    src = artifact_dir(target_identity(tiny_prepared.rt), tiny_prepared.home)
-    shutil.copytree(src, home / "artifacts" / src.name)
-    return home
+    return make_mini_like_home(tiny_prepared, tmp_path_factory.mktemp("bundle-src"))
 
 
 @pytest.fixture(scope="module")

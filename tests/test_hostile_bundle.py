@@ -22,28 +22,12 @@ import pytest
 from dflash_core import __main__ as cli
 from dflash_core.errors import BundleError
 from dflash_core.prepare import bundle as bundle_mod
-from dflash_core.prepare.artifacts import artifact_dir, home_lock, target_identity, write_target_manifest
+from dflash_core.prepare.artifacts import home_lock
 from dflash_core.prepare.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
 
+from .homes import make_mini_like_home, tree
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def tree(root: Path, skip: Path | None = None) -> dict[str, str]:
-    """Every entry under `root` (files with their SHA-256, folders, links with their target), except `skip`."""
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if skip is not None and (p == skip or skip in p.parents):
-            continue
-        rel = p.relative_to(root).as_posix()
-        if p.is_symlink():
-            out[rel] = "link:" + os.readlink(p)
-        elif p.is_file():
-            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-        elif p.is_dir():
-            out[rel] = "dir"
-        else:
-            out[rel] = "other"
-    return out
 
 
 def home_state(home: Path) -> dict[str, str]:
@@ -61,13 +45,7 @@ def _one_error(capsys) -> str:
 
 @pytest.fixture(scope="module")
 def mini_like_home(tiny_prepared, tmp_path_factory) -> Path:
-    """A home whose `targets/mini` is the tiny checkpoint (with its target manifest) plus its artifacts."""
-    home = tmp_path_factory.mktemp("hb-src") / "home"
-    shutil.copytree(tiny_prepared.path, home / "targets" / "mini")
-    write_target_manifest(home / "targets" / "mini")
-    src = artifact_dir(target_identity(tiny_prepared.rt), tiny_prepared.home)
-    shutil.copytree(src, home / "artifacts" / src.name)
-    return home
+    return make_mini_like_home(tiny_prepared, tmp_path_factory.mktemp("hb-src"))
 
 
 @pytest.fixture(scope="module")

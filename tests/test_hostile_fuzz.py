@@ -24,6 +24,7 @@ from dflash_core import __main__ as cli
 from dflash_core.prepare.artifacts import FORMAT_VERSION, target_key
 from dflash_core.report.__main__ import main as report_main
 
+from .homes import tree
 from .report_data import bench_row, saved_run
 
 HOSTILE_STRINGS = ["../x", "/etc/passwd", "targets/mini/../../x", "..", ".", "", "a" * 300, "artifacts/../../evil",
@@ -92,17 +93,6 @@ def mutate(doc, data, rounds: int = 3, focus: tuple[tuple, ...] = ()):
         elif action == "rename" and isinstance(parent, dict):
             parent[data.draw(st.sampled_from(HOSTILE_STRINGS))] = parent.pop(key)
     return doc
-
-
-def tree(root: Path, skip: Path | None = None) -> dict[str, str]:
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if skip is not None and (p == skip or skip in p.parents):
-            continue
-        rel = p.relative_to(root).as_posix()
-        out[rel] = ("link" if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file()
-                    else "dir")
-    return out
 
 
 def _one_error_or_none(err: str, rc: int) -> None:
