@@ -88,3 +88,23 @@ def test_the_assisted_decoding_peer_builds_for_a_llama(llama_lab):
                             pad_token_id=0)
     ref, _ = greedy(rt, [5, 6, 7], 6)
     assert out[0, 3:].tolist() == ref
+
+
+def test_the_peer_rows_decode_through_an_eos_that_greedy_emits(llama_lab):
+    """transformers' generate stops at EOS, and min_new_tokens only forbids it, so on SmolLM2, whose greedy
+    emitted `<|im_end|>` inside a benchmark prompt's 32 tokens, every peer row diverged from greedy and the run
+    exited 1. Here the EOS id is a token greedy emits mid-decode: each peer must still give greedy's ids."""
+    from dflash_core.bench.peers import REFERENCES, reference_runner
+    from dflash_core.prepare.prepared import load_prepared
+    from dflash_core.runtime.target import load_target
+
+    rt = load_target(str(llama_lab / "ckpt"), "cpu", "float32")
+    prep = load_prepared(rt, home=llama_lab / "home")
+    prompts = [[5, 6, 7], list(range(3, 30))]
+    refs = [greedy(rt, p, 16)[0] for p in prompts]
+    eos = next(t for t in refs[0][2:] if t not in refs[0][:2])  # first emitted after two other ids
+    rt.model.generation_config.eos_token_id = eos
+    for kind in REFERENCES:
+        outs, _ = reference_runner(rt, prompts, refs, 16, kind, prep)()
+        assert outs == refs, kind
+    assert rt.model.generation_config.eos_token_id == eos  # restored after each pass

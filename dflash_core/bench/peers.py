@@ -10,7 +10,8 @@ benchmark prompts and returns (outputs, wall seconds); `measure_reference` pairs
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..runtime.decode import speculative
@@ -62,8 +63,27 @@ def transformers_dflash_assistant(rt, prepared):
     return to_hf_model(drafter, rt.config)
 
 
+@contextmanager
+def eos_unset(model) -> Iterator[None]:
+    """The model's generation config without an EOS id for the duration.
+
+    The lab's greedy decodes exactly `tokens` ids, EOS or not; `generate` stops at EOS, and `min_new_tokens`
+    keeps it going only by forbidding EOS, which changes the output wherever greedy emits it (SmolLM2's
+    `<|im_end|>` did on a benchmark prompt). Passing `eos_token_id=None` does not help: generate fills a
+    passed config's None values from `model.generation_config`, so it is unset there and restored after.
+    """
+    gc = model.generation_config
+    saved = gc.eos_token_id
+    gc.eos_token_id = None
+    try:
+        yield
+    finally:
+        gc.eos_token_id = saved
+
+
 def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any) -> tuple[list[list[int]], float]:
-    """transformers' `generate` (greedy, exactly `tokens` new tokens) over every prompt; wall seconds summed."""
+    """transformers' `generate` (greedy, exactly `tokens` new tokens, EOS an ordinary id as in the lab's
+    greedy) over every prompt; wall seconds summed."""
     import torch
 
     outs, wall = [], 0.0
@@ -72,7 +92,7 @@ def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any
         inp = torch.tensor([p], device=rt.device)
         synchronize(rt.device)
         t0 = time.perf_counter()
-        with torch.inference_mode():
+        with torch.inference_mode(), eos_unset(rt.model):
             g = rt.model.generate(inp, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
                                   pad_token_id=pad, **gen_kwargs)
         synchronize(rt.device)
