@@ -93,6 +93,7 @@ def bench_widths(config) -> list[int]:
     if sess is None:
         sess = _open(config)
         config.stash[_early_key] = sess
+        config.stash[_key()] = sess  # the progress weights read its sized knobs (a real target's are not the options')
     return list(sess.bench_widths) or [sess.block_size]
 
 

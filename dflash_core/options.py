@@ -204,9 +204,14 @@ OPTIONS: tuple[Option, ...] = (
            "width gets this many rounds against plain dflash, fixed before the run (no racing)", type=int,
            minimum=2, pytest="--bench-rank-rounds", bench=True),
     Option("bench_size", "DFLASH_BENCH_SIZE", "auto", "benchmark size: auto (a target over 100M parameters gets "
-           "the real-target defaults, bench.config.REAL_TARGET_DEFAULTS, for every knob not set explicitly: 2 prompts "
-           "x 32 tokens, 2 calibration prompts x 16 tokens, 6 ranking rounds) or full (the defaults of this table)",
+           "the real-target size for every knob not set explicitly: calibration on 2 prompts x 16 tokens, one auto "
+           "width, 6 ranking rounds, and the prompts, tokens and base rounds that fit --bench-budget by the costs "
+           "calibration measured) or full (the defaults of this table)",
            choices=BENCH_SIZES, pytest="--bench-size", bench=True),
+    # 25 min: the README's main command on the mini target takes ~20 min; a real target's benchmark in about the same.
+    Option("bench_budget", "DFLASH_BENCH_BUDGET", 25.0, "minutes a real target's auto-sized benchmark should take "
+           "(calibration included, prepare not): its matrix takes the largest size whose projection from the "
+           "calibration's measured costs fits (bench.budget)", type=_minutes, pytest="--bench-budget", bench=True),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),

@@ -415,3 +415,31 @@ def test_auto_widths_and_round_robin_rounds_reach_the_report(pytester, tiny_lab,
     saved = json.loads((pytester.path / "out.json").read_text())["benchmarks"]
     decode = [b for b in saved if b["name"].startswith("test_decode")]
     assert decode and all(b["extra_info"]["rounds"] == 3 and b["stats"]["rounds"] == 3 for b in decode)
+
+
+def test_a_real_target_is_sized_to_its_budget_end_to_end(pytester, tiny_lab, monkeypatch):
+    """The tiny target counted as a real one (threshold 0): `--bench-widths auto` opens the session at collection,
+    calibrates at the real-target size, then sizes the matrix to `--bench-budget` from the measured costs; a budget
+    nothing fits gets the smallest size, says so, and records the plan. Break: skip `budgeted` in the session and
+    the run keeps 4 prompts x 48 tokens."""
+    from dflash_core.bench.budget import LADDER
+
+    _copy_lab(pytester.path)
+    pytester.makepyfile(real_sized="""
+        import dflash_core.bench.config as config
+
+        config.REAL_TARGET_PARAMETERS = 0
+    """)
+    reports = pytester.path / "reports"
+    _env(monkeypatch, tiny_lab, reports)
+    res = pytester.runpytest_subprocess(
+        "benchmarks", "-p", "real_sized", "-p", "no:cacheprovider", "-k", "test_decode and normal",
+        "--target", str(tiny_lab["ckpt"]), "--bench-budget", "0.001", "--log-cli-level=INFO",
+        "--benchmark-json=out.json")
+    assert res.ret == pytest.ExitCode.OK, res.stdout.str()[-3000:]
+    res.stdout.fnmatch_lines(["*benchmark matrix sized to*(the smallest size: over budget)*"])
+    s = json.loads((reports / "cpu" / "benchmark.json").read_text())["settings"]
+    p, t, r = LADDER[-1]
+    assert (s["prompt_limit"], s["tokens"], s["rounds"], s["rank_rounds"]) == (p, t, r, 6)
+    assert s["size_plan"]["fits"] is False and len(s["size_plan"]["tried"]) == len(LADDER)
+    assert len(s["chosen"]["widths"]) == 1 and set(s["resized"]) >= {"prompt_limit", "tokens", "rounds"}

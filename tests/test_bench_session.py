@@ -256,11 +256,12 @@ def test_tune_chooses_widths_by_the_cost_model(session, monkeypatch):
     assert all("model_speedup" in r for r in tw["table"])
 
 
-@pytest.mark.parametrize("cheapest", [3, "B"])
-def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch, cheapest):
+@pytest.mark.parametrize("cheapest,count", [(3, 2), ("B", 2), (3, 1)])
+def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch, cheapest, count):
     """--bench-widths auto: dflash priced at every width 1..B over the session's verify-cost curve. A curve whose
     verify is far cheaper at one width makes that width the best (whatever dflash accepts there), and the second
-    width is the best of those at most half of it; the record keeps the table and the curve."""
+    width is the best of those at most half of it (none under width_count 1, a real target's auto size); the
+    record keeps the table and the curve."""
     import dataclasses
 
     from dflash_core.bench import calibration as bench
@@ -269,13 +270,13 @@ def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch,
     B = session.block_size
     best = B if cheapest == "B" else min(3, B)
     monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]])
-    session.cfg = dataclasses.replace(session.cfg, calibration_tokens=TOKENS)
+    session.cfg = dataclasses.replace(session.cfg, calibration_tokens=TOKENS, width_count=count)
     verify = [50.0] * (B + 1)
     verify[best] = 1.0
     session.calibration_costs = ComponentCosts(t_decode=1.0, t_verify=tuple(verify))
     widths = bench.auto_widths(session, ["x", "y"])
     assert widths[-1] == best
-    assert len(widths) == (2 if best >= 2 else 1) and all(1 <= w <= best // 2 for w in widths[:-1])
+    assert len(widths) == (2 if best >= 2 and count == 2 else 1) and all(1 <= w <= best // 2 for w in widths[:-1])
     rec = session.width_choice
     assert rec["selected"] == widths and [r["width"] for r in rec["table"]] == list(range(1, B + 1))
     assert rec["verify_over_decode"][str(best)] == 1.0
@@ -284,3 +285,36 @@ def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch,
     session.cfg = dataclasses.replace(session.cfg, calibration_widths=())
     session.bench_widths = widths
     assert bench.calibration_widths(session) == widths  # the chosen widths are the ones calibrated
+
+
+@pytest.mark.parametrize("table_covers", [True, False])
+def test_a_real_target_sizes_its_matrix_from_what_calibration_measured(session, monkeypatch, table_covers):
+    """size_matrix prices the matrix on the loop's decode step and dflash's cost-model speedup at the benchmarked
+    width (from the width table, else timed on calibration prompts), and the session takes the chosen size for
+    every knob the user did not set. Break: price speculative legs at t_decode and the plan differs."""
+    import dataclasses
+
+    from dflash_core.bench import calibration as cal
+    from dflash_core.bench.budget import MatrixCosts, plan_matrix
+    from dflash_core.bench.costmodel import ComponentCosts
+    from dflash_core.bench.peers import REFERENCES
+    from dflash_core.bench.session import size_matrix
+    from dflash_core.methods import speculative_ids
+
+    session.cfg = dataclasses.replace(session.cfg, rank_rounds=6, resized=("rank_rounds",), calibration_widths=())
+    session.bench_widths, session.ranking_width = [2], 2
+    session.calibration_costs = ComponentCosts(t_decode=0.1, t_verify=(0.1,) * (session.block_size + 1))
+    timed = []
+    if table_covers:
+        session.width_choice = {"table": [{"width": 2, "model_speedup": 0.5, "tokens_per_target_call": 1.0}]}
+    else:
+        session.width_choice = None
+        monkeypatch.setattr(cal, "dflash_table", lambda sess, ws, ctx: timed.extend(ws) or [
+            {"setting": {"width": w}, "model_speedup": 0.5} for w in ws])
+    plan = size_matrix(session, {}, 300.0)
+    assert timed == ([] if table_covers else [2])
+    want = plan_matrix(MatrixCosts(0.1, {2: 0.2}), 300.0, fixed={}, rank_rounds=6, methods=len(speculative_ids()),
+                       widths=[2], ranking_width=2, references=len(REFERENCES) + 1)
+    assert {k: plan[k] for k in want} == want and plan["t_spec"] == {"2": 0.2}
+    cfg = session.cfg.budgeted(plan["chosen"])
+    assert {k: getattr(cfg, k) for k in plan["chosen"]} == plan["chosen"]

@@ -1,10 +1,19 @@
 """Benchmark size for real targets: over 100M parameters, `--bench-size auto` gives every knob the user did not
-set the real-target defaults; explicit knobs, `--bench-size full`, --smoke and small targets are left alone."""
+set the real-target defaults and sizes the matrix to `--bench-budget` from the costs calibration measured
+(bench.budget); explicit knobs, `--bench-size full`, --smoke and small targets are left alone."""
 
 from __future__ import annotations
 
 import pytest
 
+from dflash_core.bench.budget import (
+    LADDER,
+    REFERENCE_LEG_FACTOR,
+    SLOWEST_METHOD_FACTOR,
+    MatrixCosts,
+    plan_matrix,
+    projected_seconds,
+)
 from dflash_core.bench.config import REAL_TARGET_DEFAULTS, REAL_TARGET_PARAMETERS, BenchConfig
 
 
@@ -22,9 +31,79 @@ def test_small_targets_full_size_and_smoke_keep_the_table_defaults(cfg, params):
 
 
 def test_explicit_knobs_are_never_resized():
-    cfg = BenchConfig(tokens=48, explicit=("tokens",)).sized_for(354_000_000)
-    assert cfg.tokens == 48 and cfg.prompt_limit == REAL_TARGET_DEFAULTS["prompt_limit"]
-    assert "tokens" not in cfg.resized
+    given = BenchConfig(calibration_tokens=48, tokens=20, explicit=("calibration_tokens", "tokens"))
+    cfg = given.sized_for(354_000_000)
+    assert cfg.calibration_tokens == 48 and cfg.rank_rounds == REAL_TARGET_DEFAULTS["rank_rounds"]
+    assert "calibration_tokens" not in cfg.resized
+    cfg = cfg.budgeted({"prompt_limit": 1, "tokens": 8, "rounds": 1})
+    assert cfg.tokens == 20 and cfg.prompt_limit == 1 and cfg.rounds == 1 and "tokens" not in cfg.resized
+
+
+COSTS = MatrixCosts(t_greedy=0.17, t_spec={3: 0.26, 7: 0.2})  # the random-init 350M's (docs/real-targets.md)
+SHAPE = {"rank_rounds": 6, "methods": 14, "widths": [3], "ranking_width": 3, "references": 5}
+
+
+def test_the_projection_counts_every_leg_of_the_matrix():
+    """One method, one width, no references: greedy references (1 leg) + normal (2 legs a round) + the case's
+    rounds (greedy, dflash, method) + the ranking rounds up to rank_rounds (dflash, method). Break: drop the
+    ranking rounds' legs and the hand count differs."""
+    c = MatrixCosts(t_greedy=1.0, t_spec={2: 3.0})
+    got = projected_seconds(c, prompts=2, tokens=5, rounds=2, rank_rounds=6, methods=1, widths=[2], ranking_width=2,
+                            references=0)
+    spec = 10 * 3.0 * SLOWEST_METHOD_FACTOR
+    assert got == pytest.approx(10 + 2 * 2 * 10 + 2 * (10 + 2 * spec) + 4 * 2 * spec)
+
+
+def test_the_ladder_shrinks_the_projection_at_every_step():
+    """Largest first means every later size projects less: otherwise 'the first that fits' is not the largest."""
+    s = [projected_seconds(COSTS, prompts=p, tokens=t, rounds=r, **SHAPE) for p, t, r in LADDER]
+    assert all(a > b for a, b in zip(s, s[1:])), s
+
+
+@pytest.mark.parametrize("k", range(len(LADDER)))
+def test_the_plan_takes_the_largest_size_that_fits(k):
+    """A budget just over size k's projection chooses size k; one just under it the next smaller size."""
+    p, t, r = LADDER[k]
+    need = projected_seconds(COSTS, prompts=p, tokens=t, rounds=r, **SHAPE)
+    plan = plan_matrix(COSTS, need * 1.0001, fixed={}, **SHAPE)
+    assert plan["fits"] and plan["chosen"] == {"prompt_limit": p, "tokens": t, "rounds": r}
+    assert all(x["projected_seconds"] > need * 1.0001 for x in plan["tried"][:-1])
+    under = plan_matrix(COSTS, need * 0.9999, fixed={}, **SHAPE)
+    if k + 1 < len(LADDER):
+        assert under["fits"] and under["chosen"] == dict(zip(("prompt_limit", "tokens", "rounds"), LADDER[k + 1]))
+    else:  # nothing fits: the smallest size, marked over budget
+        assert not under["fits"] and under["chosen"] == {"prompt_limit": p, "tokens": t, "rounds": r}
+
+
+def test_the_plan_keeps_the_users_knobs_and_never_exceeds_the_ranking_rounds():
+    plan = plan_matrix(COSTS, 60.0, fixed={"tokens": 40}, **SHAPE)
+    assert plan["chosen"]["tokens"] == 40 and all(x["tokens"] == 40 for x in plan["tried"])
+    assert all(x["rounds"] <= SHAPE["rank_rounds"] for x in plan["tried"])
+    small = plan_matrix(COSTS, 1e9, fixed={}, **{**SHAPE, "rank_rounds": 2})
+    assert small["chosen"]["rounds"] == 2
+
+
+def test_the_plan_is_an_upper_bound_on_a_simulated_matrix():
+    """An injected timing model where the truth is known: every method's token costs between 0.77x and 1.3x
+    dflash's (the three-model table's spread, evenly), reference rows at their factor, each leg's wall jittered
+    +-5 %. The projection must not be exceeded, so a plan that fits the budget ends inside it. Break:
+    SLOWEST_METHOD_FACTOR = 1.0 and the simulated matrix overruns."""
+    import random
+
+    rng = random.Random(7)
+    widths, wr, M, P, T, R, K = [3], 3, 14, 2, 16, 1, 6
+    n = P * T
+    factors = [0.77 + (1.3 - 0.77) * i / (M - 1) for i in range(M)]  # evenly spread: mean 1.035 x dflash
+    for trial in range(50):
+        j = lambda: rng.uniform(0.95, 1.05)  # noqa: E731
+        greedy, spec = n * COSTS.t_greedy, n * COSTS.t_spec[wr]
+        wall = greedy * j() + R * 2 * greedy * j()
+        for f in factors:
+            wall += R * (greedy * j() + spec * j() + spec * f * j()) + (K - R) * (spec * j() + spec * f * j())
+        wall += 5 * R * greedy * (1 + REFERENCE_LEG_FACTOR * j())
+        proj = projected_seconds(COSTS, prompts=P, tokens=T, rounds=R, rank_rounds=K, methods=M, widths=widths,
+                                 ranking_width=wr, references=5)
+        assert wall <= proj, (trial, wall, proj)
 
 
 def test_explicit_knobs_come_from_the_command_line_and_the_environment(monkeypatch):

@@ -95,7 +95,7 @@ def test_bench_config_reads_every_knob_from_the_environment(monkeypatch, tmp_pat
               "DFLASH_BENCH_SEED": "4", "DFLASH_NOISE_THRESHOLD": "0.1", "DFLASH_RESOLUTION": "0.02",
               "DFLASH_RANK_ROUNDS": "6",
               "DFLASH_DRAFTER": "/some/drafter", "DFLASH_CALIBRATION_FROM": str(run.resolve()),
-              "DFLASH_BENCH_SIZE": "full"}
+              "DFLASH_BENCH_SIZE": "full", "DFLASH_BENCH_BUDGET": "12.5"}
     for var, value in values.items():
         monkeypatch.setenv(var, value)
     cfg = BenchConfig.from_env(tokens=11)

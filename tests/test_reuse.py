@@ -65,6 +65,20 @@ def _with(**chosen):
     return _saved({**CHOSEN, **chosen})
 
 
+def _sized(chosen):
+    doc = _saved()
+    doc["dflash"]["settings"]["size_plan"] = {"chosen": chosen}
+    return doc
+
+
+def test_a_real_targets_budgeted_size_is_reused_whole(tmp_path):
+    """Two runs of a real target compare only at the same prompts and tokens (report.build.WORKLOAD), so a run
+    that reuses another's choices reuses its budgeted size instead of planning its own on this run's timings."""
+    size = {"prompt_limit": 2, "tokens": 16, "rounds": 1}
+    assert reuse.load_reused(str(_file(tmp_path, _sized(size)))).size == size
+    assert reuse.load_reused(str(_file(tmp_path, _saved(), "0002_run.json"))).size is None
+
+
 @pytest.mark.parametrize("content, message", [
     (b"\xff\xfe{}", "is not UTF-8"),
     (b'{"benchmarks": [], "dflash": {"settings": {"chosen": {"widths": [NaN]}}}}', "non-finite number NaN"),
@@ -86,6 +100,11 @@ def _with(**chosen):
     (json.dumps(_with(options={"dflash": {"4": {"tau": 1}}})).encode(), "dflash is not calibrated"),
     (json.dumps(_with(ranking_width=7)).encode(), "ranking_width.*not one of its widths"),
     (json.dumps(_with(ranking_width="11")).encode(), "ranking_width.*not one of its widths"),
+    (json.dumps(_sized({"prompt_limit": 1, "tokens": 8})).encode(), "size_plan must hold chosen"),
+    (json.dumps(_sized({"prompt_limit": 1, "tokens": True, "rounds": 1})).encode(), "size_plan must hold chosen"),
+    (json.dumps(_sized({"prompt_limit": 0, "tokens": 8, "rounds": 1})).encode(), "size_plan must hold chosen"),
+    (json.dumps(_sized({"prompt_limit": 1, "tokens": 10**9, "rounds": 1})).encode(), "size_plan must hold chosen"),
+    (json.dumps(_sized([1, 8, 1])).encode(), "size_plan must hold chosen"),
 ])
 def test_hostile_files_are_refused_naming_the_problem(tmp_path, content, message):
     p = tmp_path / "run.json"

@@ -42,8 +42,9 @@ def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = Non
     """The default verify widths (`--bench-widths auto`), read off the cost model over widths 1..B.
 
     The widths are the best width (`dflash_table`) and the best of those at most half of it (the scaling a reader
-    wants to see), so the curve of the machine, not a fixed list, decides: on a CPU where verify cost grows with
-    the width they come out small, on a GPU where it is flat up to B they come out large. The table is kept in
+    wants to see; only the best under `cfg.width_count` 1: a real target's auto size), so the curve of the machine,
+    not a fixed list, decides: on a CPU where verify cost grows with the width they come out small, on a GPU where
+    it is flat up to B they come out large. The table is kept in
     `width_choice` (benchmark.json settings). `ctx`: the session's `calibration_context` (built here when None)."""
     from .costmodel import OBJECTIVE, choose
 
@@ -51,11 +52,14 @@ def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = Non
     rows = dflash_table(sess, list(range(1, sess.block_size + 1)), ctx)
     best = rows[choose(rows)]["setting"]["width"]
     low = [r for r in rows if r["setting"]["width"] <= best // 2]
-    widths = sorted({best, *([low[choose(low)]["setting"]["width"]] if low else [])})
+    second = [low[choose(low)]["setting"]["width"]] if low and sess.cfg.width_count > 1 else []
+    widths = sorted({best, *second})
     c = sess.calibration_costs
     sess.width_choice = {
         "objective": OBJECTIVE, "method": "dflash", "selected": widths,
-        "rule": "the width with the best cost-model speedup, and the best of the widths at most half of it",
+        "rule": "the width with the best cost-model speedup" + (
+            ", and the best of the widths at most half of it" if sess.cfg.width_count > 1 else
+            " (one width: a real target's auto size)"),
         "verify_over_decode": {str(w): float(c.t_verify[w] / c.t_decode) for w in range(1, sess.block_size + 1)},
         "table": _table_rows(rows)}
     return widths

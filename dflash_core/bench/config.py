@@ -8,12 +8,12 @@ from typing import Any
 
 from ..options import BENCH_FIELDS, env_value, option
 
-# A target over REAL_TARGET_PARAMETERS parameters (a real checkpoint: SmolLM2-135M, LFM2.5-350M) costs 60-65 ms
-# per greedy token on 2 cores against the mini target's ~9 ms, so the mini's default matrix (4 prompts x 48
-# tokens, ~9 min there) would take about an hour. With `--bench-size auto` (the default) every knob below that the
-# user did not set (option or environment) takes these values: the benchmark decodes 64 tokens per leg instead of
-# 192, so the matrix (every method at the two `auto` widths, 3 paired rounds, 6 ranking rounds) costs about
-# what the mini's does per round x 2.5, ~25 min on 2 cores (docs/real-targets.md). `--bench-size full` keeps the
+# A target over REAL_TARGET_PARAMETERS parameters (a real checkpoint: SmolLM2-135M, LFM2.5-350M) costs 60-170 ms
+# per greedy token on 2 cores against the mini target's ~8 ms, so the mini's default matrix (4 prompts x 48 tokens,
+# two widths, 16 ranking rounds; ~9 min there) would take hours. With `--bench-size auto` (the default) every knob
+# below that the user did not set (option or environment) takes these values: calibration on 2 prompts x 16 tokens,
+# one `auto` width (the cost model's best), 6 ranking rounds; the matrix's prompts, tokens and base rounds are then
+# chosen from the costs calibration measured to fit `--bench-budget` (bench.budget). `--bench-size full` keeps the
 # table's defaults; `--bench-widths 1,2,4,8 --bench-prompts 6 --bench-tokens 64` is the full matrix.
 REAL_TARGET_PARAMETERS = 100_000_000
 # The baseline of every paired comparison between methods: each speculative round also times it at the same
@@ -21,8 +21,9 @@ REAL_TARGET_PARAMETERS = 100_000_000
 # (bench.activity), and the ranking ranks ratios against it (report.ranking).
 BASELINE = "dflash"
 # rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (bench/stats.MIN_LABELLED_N)
-REAL_TARGET_DEFAULTS = {"tokens": 32, "prompt_limit": 2, "calibration_tokens": 16, "calibration_prompt_limit": 2,
-                        "rank_rounds": 6}
+REAL_TARGET_DEFAULTS = {"calibration_tokens": 16, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1}
+# What bench.budget.plan_matrix chooses for a real target (each unless the user set it).
+BUDGETED = ("prompt_limit", "tokens", "rounds")
 
 
 def _default(name: str):
@@ -53,6 +54,8 @@ class BenchConfig:
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     calibration_from: str | None = _default("calibration_from")  # reuse a saved run's widths and options (reuse)
     bench_size: str = _default("bench_size")  # auto: real-target defaults for a large target (`sized_for`)
+    bench_budget: float = _default("bench_budget")  # minutes a real target's auto-sized benchmark should take
+    width_count: int = 2  # how many widths `--bench-widths auto` chooses (calibration.auto_widths)
     explicit: tuple[str, ...] = ()  # fields the user set (option or environment): never resized
     resized: tuple[str, ...] = ()  # fields `sized_for` replaced (recorded in the report's settings)
     smoke: bool = False
@@ -78,11 +81,22 @@ class BenchConfig:
 
     def sized_for(self, parameters: int | None) -> "BenchConfig":
         """The real-target defaults (REAL_TARGET_DEFAULTS) for every knob not set explicitly, when the target has
-        more than REAL_TARGET_PARAMETERS parameters and the size is `auto` (not under --smoke)."""
+        more than REAL_TARGET_PARAMETERS parameters and the size is `auto` (not under --smoke); `budgeted` then
+        sizes the matrix."""
         if self.bench_size != "auto" or self.smoke or not parameters or parameters <= REAL_TARGET_PARAMETERS:
             return self
         over = {k: v for k, v in REAL_TARGET_DEFAULTS.items() if k not in self.explicit}
         return replace(self, **over, resized=tuple(sorted(over)))
+
+    @property
+    def budgeted_size(self) -> bool:
+        """Whether the matrix is sized to `bench_budget` (a real target under `--bench-size auto`)."""
+        return bool(self.resized)
+
+    def budgeted(self, chosen: dict) -> "BenchConfig":
+        """`chosen` (bench.budget.plan_matrix) for every matrix knob the user did not set."""
+        over = {k: v for k, v in chosen.items() if k in BUDGETED and k not in self.explicit}
+        return replace(self, **over, resized=tuple(sorted({*self.resized, *over})))
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -38,6 +38,7 @@ class Reused:
     widths: tuple[int, ...]
     options: dict  # method -> {width: {option: value}}
     ranking_width: int | None = None  # the width the run ranked at (settings.chosen), one of `widths`
+    size: dict | None = None  # a real target's budgeted matrix size (settings.size_plan.chosen), reused whole
 
 
 def resolve_source(text: str, storage: str | Path = ".benchmarks") -> Path:
@@ -170,9 +171,23 @@ def read_source(path: Path) -> Reused:
         rw = chosen.get("ranking_width")
         if rw is not None and (isinstance(rw, bool) or not isinstance(rw, int) or rw not in widths):
             raise _refuse(f"{where}: settings.chosen.ranking_width", f"is {str(rw)[:20]!r}, not one of its widths")
-        return Reused(where, widths, options, rw)
+        return Reused(where, widths, options, rw, _size(settings.get("size_plan"), f"{where}: settings.size_plan"))
     widths, options = _from_rows(rows, where)
     return Reused(where, widths, options)
+
+
+SIZE_KNOBS = {"prompt_limit": 1024, "tokens": 100_000, "rounds": 1024}  # knob -> the largest value accepted
+
+
+def _size(plan: Any, where: str) -> dict | None:
+    """A saved budgeted size ({prompt_limit, tokens, rounds} under `chosen`), checked; None when the run has none."""
+    if plan is None:
+        return None
+    chosen = plan.get("chosen") if isinstance(plan, dict) else None
+    if not isinstance(chosen, dict) or set(chosen) != set(SIZE_KNOBS) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= SIZE_KNOBS[k] for k, v in chosen.items()):
+        raise _refuse(where, "must hold chosen: {prompt_limit, tokens, rounds} as integers >= 1")
+    return dict(chosen)
 
 
 def _int_width(w: Any, where: str) -> int:
@@ -202,7 +217,7 @@ def check_registry(reused: Reused) -> Reused:
             except BadInputError as exc:
                 raise BadInputError(f"{reused.source}: {mid} at width {w}: {exc}") from None
         kept[mid] = per
-    return Reused(reused.source, reused.widths, kept, reused.ranking_width)
+    return Reused(reused.source, reused.widths, kept, reused.ranking_width, reused.size)
 
 
 def load_reused(text: str, storage: str | Path = ".benchmarks") -> Reused:

@@ -6,6 +6,7 @@ benchmark.json, the only thing the report builder reads of the session."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,7 @@ class BenchSession:
     width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
     choice_source: str = "auto"  # where the widths and options came from: auto, given, smoke or reused (chosen)
     calibration_costs: Any = None  # costmodel.ComponentCosts timed in the loop on calibration prompts
+    size_plan: dict | None = None  # a real target's matrix size chosen to fit the budget (size_matrix)
 
     def options_for(self, method: str, width: int) -> dict:
         """The options calibrated at `width`; at an uncalibrated width those of the nearest calibrated one
@@ -103,7 +105,7 @@ class BenchSession:
         return {
             "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size,
                          "base_rounds_schedule": self.passes, "width_choice": self.width_choice,
-                         "ranking_width": self.ranking_width, "chosen": self.chosen()},
+                         "ranking_width": self.ranking_width, "chosen": self.chosen(), "size_plan": self.size_plan},
             "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
                        "kernels": self.rt.kernels, "source": self.rt.source,
                        "mini_seed": (getattr(self.rt, "info", None) or {}).get("mini_seed")},
@@ -148,28 +150,23 @@ def _open(cfg: BenchConfig) -> BenchSession:
     # A hub revision reaches the child pytest of `bench` as DFLASH_REVISION (it has no pytest option).
     where = {"revision": rev} if (rev := env_value("revision")) else {}
     prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
+    started = time.perf_counter()  # the budget of a real target's benchmark counts from here (prepare not included)
     rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels, **where)
     cfg = cfg.sized_for(rt.info.get("parameters"))  # a real target: the real-target defaults (bench.config)
     if cfg.resized:
-        log.info(
-            "target of %s parameters: real-target benchmark defaults for %s (--bench-size full keeps the table's)",
-            f"{rt.info.get('parameters'):,}", ", ".join(f"{k}={getattr(cfg, k)}" for k in cfg.resized))
+        log.info("target of %s parameters: real-target benchmark size for %s, the matrix sized to %g min after "
+                 "calibration (--bench-size full keeps the table's defaults)", f"{rt.info.get('parameters'):,}",
+                 ", ".join(f"{k}={getattr(cfg, k)}" for k in cfg.resized), cfg.bench_budget)
     prepared = load_prepared(rt, drafter=cfg.drafter)
     family = family_for(rt, PrepareConfig())
     ps = load_prompts(family)
     check_disjoint({"train": ps.train, "calibration": ps.calibration, "benchmark": ps.benchmark})
-    prompts = list(ps.benchmark[: cfg.prompt_limit])
-    ids = [rt.encode(p) for p in prompts]
-    refs, margins = [], []
-    for p in ids:
-        r, st = greedy(rt, p, cfg.tokens, record_margins=True)
-        refs.append(r)
-        margins.append(st.margins)
-    sess = BenchSession(cfg, rt, prepared, family, prompts, ids, refs, margins)
+    sess = BenchSession(cfg, rt, prepared, family, [], [], [], [])
+    reused = None
     if cfg.calibration_from:
         from .reuse import apply_reused, load_reused
 
-        apply_reused(sess, load_reused(cfg.calibration_from))
+        apply_reused(sess, reused := load_reused(cfg.calibration_from))
         sess.choice_source = f"reused from {cfg.calibration_from}"
     elif cfg.calibration_widths:
         sess.choice_source = "given"
@@ -183,4 +180,45 @@ def _open(cfg: BenchConfig) -> BenchSession:
         sess.ranking_width = ranking_width(sess, calibration_widths(sess), ctx)
     if cfg.tune or any(m.id not in sess.width_options for m in calibrated()):
         calibrate_all(sess, cal_texts, ctx)
+    if cfg.budgeted_size:  # the matrix's size from what calibration measured, in what is left of the budget
+        sess.size_plan = ({"chosen": reused.size, "reused_from": reused.source} if reused and reused.size else
+                          size_matrix(sess, ctx, cfg.bench_budget * 60.0 - (time.perf_counter() - started)))
+        sess.cfg = cfg = cfg.budgeted(sess.size_plan["chosen"])
+    # the benchmark prompts and their greedy references, at the matrix's size (calibration never sees them)
+    sess.prompts = list(ps.benchmark[: cfg.prompt_limit])
+    sess.prompt_ids = [rt.encode(p) for p in sess.prompts]
+    for p in sess.prompt_ids:
+        r, st = greedy(rt, p, cfg.tokens, record_margins=True)
+        sess.greedy_outputs.append(r)
+        sess.margins.append(st.margins)
     return sess
+
+
+def size_matrix(sess: BenchSession, ctx: dict, budget_s: float) -> dict:
+    """bench.budget.plan_matrix on the costs calibration measured: the target's decode step in the loop and
+    dflash's cost-model speedup at each benchmarked width (timed here on calibration prompts for a width the
+    width table does not cover, e.g. widths given or reused)."""
+    from ..methods import speculative_ids
+    from .budget import MatrixCosts, plan_matrix
+    from .calibration import dflash_table
+    from .peers import REFERENCES
+
+    widths = calibration_widths(sess) or [sess.block_size]
+    rows = {r["width"]: r for r in (sess.width_choice or {}).get("table", [])}
+    missing = [w for w in widths if w not in rows]
+    rows.update({r["setting"]["width"]: {"model_speedup": r["model_speedup"]}
+                 for r in (dflash_table(sess, missing, ctx) if missing else [])})
+    t = float(sess.calibration_costs.t_decode)
+    costs = MatrixCosts(t_greedy=t, t_spec={w: t / max(float(rows[w]["model_speedup"]), 1e-6) for w in widths})
+    c = sess.cfg
+    plan = plan_matrix(costs, budget_s, fixed={k: getattr(c, k) for k in ("prompt_limit", "tokens", "rounds")
+                                                if k in c.explicit}, rank_rounds=c.rank_rounds,
+                       methods=len(speculative_ids()), widths=widths, ranking_width=sess.ranking_width,
+                       references=(len(REFERENCES) + len(widths)) if c.peer_rows else 0)
+    ch = plan["chosen"]
+    (log.info if plan["fits"] else log.warning)(
+        "benchmark matrix sized to the %.1f min left of --bench-budget %g: %d prompt(s) x %d tokens, %d base "
+        "round(s), %d ranking rounds at width(s) %s, projected %.1f min%s", budget_s / 60, c.bench_budget,
+        ch["prompt_limit"], ch["tokens"], ch["rounds"], c.rank_rounds, ",".join(map(str, widths)),
+        plan["tried"][-1]["projected_seconds"] / 60, "" if plan["fits"] else " (the smallest size: over budget)")
+    return {**plan, "t_greedy": t, "t_spec": {str(w): v for w, v in costs.t_spec.items()}}

@@ -154,10 +154,11 @@ def item_weights(items, rounds: int, rank_rounds: int = 0) -> dict[str, float]:
 def pytest_collection_finish(session):
     """Start the overall progress once the benchmark items are known (calibration already ran at collection)."""
     config = session.config
+    sess = config.stash.get(SESSION_STASH, None)  # opened at collection by `--bench-widths auto`: its sized knobs
     try:
         smoke = config.getoption("--smoke")
-        rounds = 1 if smoke else int(config.getoption("--bench-rounds"))
-        rank_rounds = 0 if smoke else int(config.getoption("--bench-rank-rounds"))
+        rounds = 1 if smoke else int(sess.cfg.rounds if sess else config.getoption("--bench-rounds"))
+        rank_rounds = 0 if smoke else int(sess.cfg.rank_rounds if sess else config.getoption("--bench-rank-rounds"))
     except (ValueError, TypeError):  # not a benchmark run: its options are not declared
         return
     weights = item_weights(session.items, rounds, rank_rounds)

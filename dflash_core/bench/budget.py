@@ -1,0 +1,80 @@
+"""The benchmark matrix of a large target sized to a time budget from the costs measured on calibration prompts.
+
+Why: a real checkpoint's greedy token costs 20-30x the mini target's on 2 cores, and how much of a speculative
+token it saves depends on its drafter (tau 1.0 on a random-init 350M, where every method is slower than greedy),
+so no fixed size fits a budget: the fixed real-target size projected 1.8 h on the random-init 350M and ~26 min
+on SmolLM2-135M (docs/real-targets.md). Calibration runs first on calibration prompts anyway and measures what the
+matrix will cost: the target's decode step in the loop (`t_decode`) and dflash's cost-model speedup at every width.
+`plan_matrix` projects the matrix at each size of `LADDER`, largest first, and takes the first that fits what is
+left of the budget. The statistics do not shrink with it: the ranking keeps its fixed rounds (>= 6, the fewest
+whose min-max interval of a median is a 95 % one), so a smaller matrix means fewer and shorter prompts, not weaker
+claims about the prompts measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Sizes tried largest first: (benchmark prompts, tokens per prompt, base rounds per case).
+LADDER: tuple[tuple[int, int, int], ...] = (
+    (4, 48, 3), (2, 48, 3), (2, 32, 3), (2, 32, 2), (2, 24, 2), (2, 16, 1), (1, 24, 1), (1, 16, 1), (1, 12, 1),
+    (1, 8, 1))
+# The slowest method's speculative token against dflash's: the slowest rows of the three-model table sat at 0.79
+# of dflash (jump_mobs, fused_jump; docs/performance.md §13), so pricing every method's leg at dflash's cost x 1.3
+# keeps the projection an upper bound for them too.
+SLOWEST_METHOD_FACTOR = 1.3
+# A reference row's leg (transformers' generate, prompt lookup, assisted decoding with an early-exit assistant, the
+# oracle) against a greedy leg: assisted decoding with a truncated target runs the assistant and the target.
+REFERENCE_LEG_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class MatrixCosts:
+    """What one matrix leg costs, per decoded token (seconds), as calibration measured it."""
+
+    t_greedy: float  # the target's decode step inside the loop (costmodel.ComponentCosts.t_decode)
+    t_spec: dict[int, float]  # width -> dflash's seconds per committed token (t_decode / its cost-model speedup)
+
+
+def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: int, rank_rounds: int,
+                      methods: int, widths: list[int], ranking_width: int, references: int) -> float:
+    """Seconds the matrix (greedy references, cases, base rounds, ranking rounds, reference rows) should take.
+
+    Each case round runs greedy, dflash and the method on every prompt (`cases.measure_pair`); each ranking round
+    dflash and the method (`schedule.run_ranking`), topping the ranking width's cases up to `rank_rounds`; the
+    normal case runs two greedy legs a round; a reference row runs its peer and greedy (`peers.measure_reference`)."""
+    n = prompts * tokens
+    greedy = n * costs.t_greedy
+
+    def spec(w: int) -> float:
+        return n * costs.t_spec[w] * SLOWEST_METHOD_FACTOR
+
+    total = greedy + rounds * 2 * greedy  # the greedy references, then the normal case
+    total += sum(methods * rounds * (greedy + 2 * spec(w)) for w in widths)
+    total += methods * max(0, rank_rounds - rounds) * 2 * spec(ranking_width)
+    total += references * rounds * greedy * (1 + REFERENCE_LEG_FACTOR)
+    return total
+
+
+def plan_matrix(costs: MatrixCosts, budget_s: float, *, fixed: dict, rank_rounds: int, methods: int,
+                widths: list[int], ranking_width: int, references: int) -> dict:
+    """The largest size of `LADDER` whose projection fits `budget_s`, with the knobs in `fixed` (the user's:
+    prompt_limit, tokens, rounds) kept as given; when none fits, the smallest, marked `fits: False`. Returns the
+    chosen knobs and the projection of every size tried (recorded in the report's settings)."""
+    tried = []
+    seen = set()
+    for p, t, r in LADDER:
+        size = {"prompt_limit": fixed.get("prompt_limit", p), "tokens": fixed.get("tokens", t),
+                "rounds": fixed.get("rounds", min(r, rank_rounds))}
+        key = tuple(size.values())
+        if key in seen:
+            continue
+        seen.add(key)
+        s = projected_seconds(costs, prompts=size["prompt_limit"], tokens=size["tokens"], rounds=size["rounds"],
+                              rank_rounds=rank_rounds, methods=methods, widths=widths, ranking_width=ranking_width,
+                              references=references)
+        tried.append({**size, "projected_seconds": round(s, 1)})
+        if s <= budget_s:
+            return {"chosen": size, "fits": True, "budget_seconds": round(budget_s, 1), "tried": tried}
+    return {"chosen": {k: tried[-1][k] for k in ("prompt_limit", "tokens", "rounds")}, "fits": False,
+            "budget_seconds": round(budget_s, 1), "tried": tried}
