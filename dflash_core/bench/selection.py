@@ -206,6 +206,19 @@ def position_adjusted(logs: Mapping[str, np.ndarray], baseline_first: Mapping[st
     return out, delta
 
 
+def adjusted_noise(per_case_ratios: Mapping[str, Sequence[float]], *, rounds: int | None = None,
+                   threshold: float | None = None, confidence: float = CONFIDENCE, seed: int = SEED,
+                   baseline_first: Mapping[str, Sequence[bool]] | None = None) -> tuple[dict, float | None, dict]:
+    """The log ratios the ranking works on (cut to `rounds`, the position effect removed), that effect and their
+    noise figure: one function, so the bench's stderr warning and the report quote the same figure."""
+    logs = {k: np.log(np.asarray([x for x in v if x > 0], dtype=float)) for k, v in per_case_ratios.items()}
+    if rounds is not None:
+        logs = {k: np.asarray(v) for k, v in fixed_design(logs, rounds).items()}
+    logs, delta = position_adjusted(logs, baseline_first or {})
+    noise = robust_noise(logs, confidence, **({} if threshold is None else {"threshold": threshold}), seed=seed)
+    return logs, delta, noise
+
+
 def rank(per_case_ratios: Mapping[str, Sequence[float]], resolution: float, rounds: int | None = None,
          threshold: float | None = None, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
          seed: int = SEED, baseline_first: Mapping[str, Sequence[bool]] | None = None) -> dict:
@@ -215,11 +228,8 @@ def rank(per_case_ratios: Mapping[str, Sequence[float]], resolution: float, roun
     those rounds (`robust_noise`), then MCB (`select_best`). When the noise figure exceeds `threshold` no single
     winner is named (`gated`), whatever MCB says: the noise gate is a rule, not a banner beside a winner. Returns
     select_best's record with `noise`, `position_delta`, `design_rounds`, `gated` and `guarantee`."""
-    logs = {k: np.log(np.asarray([x for x in v if x > 0], dtype=float)) for k, v in per_case_ratios.items()}
-    if rounds is not None:
-        logs = {k: np.asarray(v) for k, v in fixed_design(logs, rounds).items()}
-    logs, delta = position_adjusted(logs, baseline_first or {})
-    noise = robust_noise(logs, confidence, **({} if threshold is None else {"threshold": threshold}), seed=seed)
+    logs, delta, noise = adjusted_noise(per_case_ratios, rounds=rounds, threshold=threshold, confidence=confidence,
+                                        seed=seed, baseline_first=baseline_first)
     out = select_best(logs, resolution, confidence, resamples=resamples, seed=seed, noise=noise)
     gated = bool(noise["noisy"] and out["winner"] is not None)
     if noise["noisy"]:

@@ -174,12 +174,13 @@ def report_root(config) -> Path:
     return Path(reports) if reports else Path(str(config.rootpath)) / "reports"
 
 
-def noise_warning(rounds: dict[str, list[float]], threshold: float) -> str | None:
-    """The stderr warning of the noise gate over a session's ranking rounds (case -> ratios against dflash), or
-    None when the run was quiet (or has no ranking rounds)."""
+def noise_warning(rounds: dict[str, list[float]], baseline_first: dict[str, list[bool]] | None = None, *,
+                  threshold: float) -> str | None:
+    """The stderr warning of the noise gate over a session's ranking rounds (case -> ratios against dflash; each
+    round's leg order: True where dflash ran first), or None when the run was quiet (or has no ranking rounds)."""
     from .ranking import noise_of_rounds
 
-    n = noise_of_rounds(rounds, threshold)
+    n = noise_of_rounds(rounds, threshold, baseline_first)
     if not n["noisy"]:
         return None
     return (f"dflash WARNING: noisy machine: the ranking rounds' noise figure is {100 * n['sigma']:.1f} % (threshold "
@@ -187,17 +188,20 @@ def noise_warning(rounds: dict[str, list[float]], threshold: float) -> str | Non
             "single winner is named")
 
 
-def session_rounds(sess) -> dict[str, list[float]]:
-    """A session's ranking rounds: each case at the ranking width -> its ratios against dflash."""
-    return {k: c.compared() for k, c in (getattr(sess, "case_rounds", None) or {}).items()
-            if c.method != "normal" and c.width == getattr(sess, "ranking_width", None) and c.compared()}
+def session_rounds(sess) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:
+    """A session's ranking rounds: each case at the ranking width -> its ratios against dflash, and per round
+    whether the dflash leg ran before the method's (as `ranking.baseline_first` reads them from the saved rows)."""
+    cases = {k: c for k, c in (getattr(sess, "case_rounds", None) or {}).items()
+             if c.method != "normal" and c.width == getattr(sess, "ranking_width", None) and c.compared()}
+    return ({k: c.compared() for k, c in cases.items()},
+            {k: [o.find("b") < o.find("m") for o in c.legs[:len(c.compared())]] for k, c in cases.items()})
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     import sys
 
     sess = config.stash.get(SESSION_STASH, None)
-    warning = None if sess is None else noise_warning(session_rounds(sess), sess.cfg.noise_threshold)
+    warning = None if sess is None else noise_warning(*session_rounds(sess), threshold=sess.cfg.noise_threshold)
     if warning:
         sys.stderr.write(warning + "\n")
     path = config.stash.get(REPORT_PATH, None)

@@ -11,8 +11,8 @@ import math
 import statistics
 
 from ..bench.config import BASELINE
-from ..bench.selection import NOT_FASTEST, RULE, rank
-from ..bench.stats import leading_width, median_interval, robust_noise
+from ..bench.selection import NOT_FASTEST, RULE, adjusted_noise, rank
+from ..bench.stats import leading_width, median_interval
 
 NOISE_FIGURE = "pooled robust SD (MAD x 1.4826, small-sample factor) of the ranked cases' per-round log ratios"
 
@@ -172,7 +172,8 @@ def truncate_raced(row: dict, lab: dict) -> int:
     return dropped
 
 
-def noise_of_rounds(per_case_ratios: dict[str, list[float]], threshold: float) -> dict:
-    """The noise figure of a session's ranking rounds (for the bench's own stderr warning)."""
-    logs = {k: [math.log(x) for x in v if x > 0] for k, v in per_case_ratios.items()}
-    return robust_noise(logs, threshold=threshold)
+def noise_of_rounds(per_case_ratios: dict[str, list[float]], threshold: float,
+                    baseline_first: dict[str, list[bool]] | None = None) -> dict:
+    """The noise figure of a session's ranking rounds (for the bench's own stderr warning), computed as the report
+    computes it: the position effect of the leg orders removed first (`selection.adjusted_noise`)."""
+    return adjusted_noise(per_case_ratios, threshold=threshold, baseline_first=baseline_first)[2]
