@@ -121,3 +121,20 @@ def test_explicit_knobs_come_from_the_command_line_and_the_environment(monkeypat
                                                                      "--bench-tokens", "16")))
     got = bench_conftest.explicit_knobs(config)
     assert {"rounds", "tokens", "prompt_limit"} <= set(got) and "race_max" not in got
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_the_report_says_how_a_real_target_was_sized(fits):
+    from dflash_core.report.build import build_report
+    from dflash_core.report.html import render_report
+
+    from .report_data import bench_row, saved_run
+
+    doc = saved_run([bench_row("normal", 0), bench_row("dflash", 2)])
+    plan = plan_matrix(COSTS, 1500.0 if fits else 1.0, fixed={}, **SHAPE)
+    doc["dflash"]["settings"]["size_plan"] = plan
+    page = render_report(build_report([doc], ["r"]))
+    ch = plan["chosen"]
+    size = f"{ch['prompt_limit']} prompts × {ch['tokens']} tokens × {ch['rounds']} base rounds"
+    assert f"Real target: {size}, the {'largest' if fits else 'smallest'} size" in page
+    assert ("fits the 25.0 min left" if fits else "over the 0.0 min left") in page

@@ -130,6 +130,27 @@ def _width_choice_note(st: dict) -> str:
             f"measured verify-cost curve: {_e(curve)})")
 
 
+def _size_note(st: dict) -> str:
+    """How a real target's matrix was sized to its budget (bench.budget), or nothing for the table's size."""
+    plan = st.get("size_plan")
+    ch = plan.get("chosen") if isinstance(plan, dict) else None
+    if not isinstance(ch, dict):
+        return ""
+    if plan.get("reused_from"):
+        return f" Size reused from {_e(plan['reused_from'])} (--calibration-from)."
+    tried = plan.get("tried") if isinstance(plan.get("tried"), list) else []
+    proj = tried[-1].get("projected_seconds") if tried and isinstance(tried[-1], dict) else None
+    budget = plan.get("budget_seconds")
+    minutes = [_f(x / 60 if isinstance(x, (int, float)) and not isinstance(x, bool) else None, 1)
+               for x in (proj, budget)]
+    size = f"{_e(ch.get('prompt_limit'))} prompts × {_e(ch.get('tokens'))} tokens × {_e(ch.get('rounds'))} base rounds"
+    if plan.get("fits"):
+        return (f" Real target: {size}, the largest size whose projection from the calibration's measured costs "
+                f"({minutes[0]} min) fits the {minutes[1]} min left of --bench-budget.")
+    return (f" Real target: {size}, the smallest size; its projection ({minutes[0]} min) is over the {minutes[1]} "
+            "min left of --bench-budget.")
+
+
 def _schedule_note(st: dict) -> str:
     sch = st.get("base_rounds_schedule")
     if not isinstance(sch, dict):
@@ -617,7 +638,7 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
 {_group_kpi(doc)}<div>ranking width<b>{_e(rk.get('width') if rk.get('width') is not None else '–')}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
  {_e(st.get('rounds', '?'))} paired rounds · {_e(st.get('threads', '?'))} threads · dtype {_e(tgt.get('dtype', ''))}
- · widths {_e(', '.join(map(str, st.get('widths') or [])))}{_width_choice_note(st)}.
+ · widths {_e(', '.join(map(str, st.get('widths') or [])))}{_width_choice_note(st)}.{_size_note(st)}
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
 <h2>Ranking (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
