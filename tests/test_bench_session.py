@@ -290,14 +290,15 @@ def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch,
 @pytest.mark.parametrize("table_covers", [True, False])
 def test_a_real_target_sizes_its_matrix_from_what_calibration_measured(session, monkeypatch, table_covers):
     """size_matrix prices the matrix on the loop's decode step and dflash's cost-model speedup at the benchmarked
-    width (from the width table, else timed on calibration prompts), and the session takes the chosen size for
-    every knob the user did not set. Break: price speculative legs at t_decode and the plan differs."""
+    width (from the width table, else timed on calibration prompts), a prefill row and the verify-cost curve on the
+    verify curve, and the session takes the chosen size for every knob the user did not set. Break: price
+    speculative legs at t_decode and the plan differs."""
     import dataclasses
 
     from dflash_core.bench import calibration as cal
     from dflash_core.bench.budget import MatrixCosts, plan_matrix
     from dflash_core.bench.costmodel import ComponentCosts
-    from dflash_core.bench.peers import REFERENCES
+    from dflash_core.bench.peers import REFERENCES, VERIFY_CURVE_CALLS
     from dflash_core.bench.session import size_matrix
     from dflash_core.methods import speculative_ids
 
@@ -311,10 +312,12 @@ def test_a_real_target_sizes_its_matrix_from_what_calibration_measured(session, 
         session.width_choice = None
         monkeypatch.setattr(cal, "dflash_table", lambda sess, ws, ctx: timed.extend(ws) or [
             {"setting": {"width": w}, "model_speedup": 0.5} for w in ws])
-    plan = size_matrix(session, {}, 300.0)
+    plan = size_matrix(session, {}, 300.0, [5, 7])
     assert timed == ([] if table_covers else [2])
-    want = plan_matrix(MatrixCosts(0.1, {2: 0.2}), 300.0, fixed={}, rank_rounds=6, methods=len(speculative_ids()),
-                       widths=[2], ranking_width=2, references=len(REFERENCES) + 1)
+    B = session.block_size
+    costs = MatrixCosts(0.1, {2: 0.2}, t_row=0.1 / (B + 1), prompt_lens=(5, 7), t_fixed=VERIFY_CURVE_CALLS * 0.1 * B)
+    want = plan_matrix(costs, 300.0, fixed={}, rank_rounds=6, methods=len(speculative_ids()), widths=[2],
+                       ranking_width=2, references=len(REFERENCES) + 1)
     assert {k: plan[k] for k in want} == want and plan["t_spec"] == {"2": 0.2}
     cfg = session.cfg.budgeted(plan["chosen"])
     assert {k: getattr(cfg, k) for k in plan["chosen"]} == plan["chosen"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dflash_core.bench.budget import (
+    ACTIVITY_LEGS,
     LADDER,
     REFERENCE_LEG_FACTOR,
     SLOWEST_METHOD_FACTOR,
@@ -44,14 +45,16 @@ SHAPE = {"rank_rounds": 6, "methods": 14, "widths": [3], "ranking_width": 3, "re
 
 
 def test_the_projection_counts_every_leg_of_the_matrix():
-    """One method, one width, no references: greedy references (1 leg) + normal (2 legs a round) + the case's
-    rounds (greedy, dflash, method) + the ranking rounds up to rank_rounds (dflash, method). Break: drop the
-    ranking rounds' legs and the hand count differs."""
-    c = MatrixCosts(t_greedy=1.0, t_spec={2: 3.0})
+    """One method, one width, no references, 2 of 3 prompts (10 tokens of prompt, 5 s of prefill a leg): the greedy
+    references (1 greedy leg), normal (2 a round), the case's activity decode and rounds (greedy, dflash, method),
+    the ranking rounds up to rank_rounds (dflash, method), then the verify-cost curve. Break: drop the ranking
+    rounds' legs, the activity decode or the curve, and the hand count differs (the 350M run's matrix took 703 s
+    against 646 s projected without the last two)."""
+    c = MatrixCosts(t_greedy=1.0, t_spec={2: 3.0}, t_row=0.5, prompt_lens=(4, 6, 100), t_fixed=7.0)
     got = projected_seconds(c, prompts=2, tokens=5, rounds=2, rank_rounds=6, methods=1, widths=[2], ranking_width=2,
                             references=0)
-    spec = 10 * 3.0 * SLOWEST_METHOD_FACTOR
-    assert got == pytest.approx(10 + 2 * 2 * 10 + 2 * (10 + 2 * spec) + 4 * 2 * spec)
+    greedy_legs, spec_legs = 1 + 2 * 2 + 2, ACTIVITY_LEGS + 2 * 2 + 4 * 2
+    assert got == pytest.approx(greedy_legs * (10 + 5) + spec_legs * (10 * 3.0 * SLOWEST_METHOD_FACTOR + 5) + 7)
 
 
 def test_the_ladder_shrinks_the_projection_at_every_step():
@@ -94,12 +97,18 @@ def test_the_plan_is_an_upper_bound_on_a_simulated_matrix():
     widths, wr, M, P, T, R, K = [3], 3, 14, 2, 16, 1, 6
     n = P * T
     factors = [0.77 + (1.3 - 0.77) * i / (M - 1) for i in range(M)]  # evenly spread: mean 1.035 x dflash
+    greedy, spec = n * COSTS.t_greedy, n * COSTS.t_spec[wr]
+
+    def j() -> float:
+        return rng.uniform(0.95, 1.05)
+
+    def pair(f: float) -> float:  # a dflash leg and a method leg
+        return spec * j() + spec * f * j()
+
     for trial in range(50):
-        j = lambda: rng.uniform(0.95, 1.05)  # noqa: E731
-        greedy, spec = n * COSTS.t_greedy, n * COSTS.t_spec[wr]
         wall = greedy * j() + R * 2 * greedy * j()
-        for f in factors:
-            wall += R * (greedy * j() + spec * j() + spec * f * j()) + (K - R) * (spec * j() + spec * f * j())
+        for f in factors:  # each case: its activity decode, its rounds, its ranking rounds
+            wall += pair(f) + R * (greedy * j() + pair(f)) + (K - R) * pair(f)
         wall += 5 * R * greedy * (1 + REFERENCE_LEG_FACTOR * j())
         proj = projected_seconds(COSTS, prompts=P, tokens=T, rounds=R, rank_rounds=K, methods=M, widths=widths,
                                  ranking_width=wr, references=5)

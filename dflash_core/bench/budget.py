@@ -26,34 +26,45 @@ SLOWEST_METHOD_FACTOR = 1.3
 # A reference row's leg (transformers' generate, prompt lookup, assisted decoding with an early-exit assistant, the
 # oracle) against a greedy leg: assisted decoding with a truncated target runs the assistant and the target.
 REFERENCE_LEG_FACTOR = 2.0
+# A speculative case's untimed warm-up, its activity decode (cases.activity_decode: the method beside a dflash
+# shadow drafting at the same context), priced as two speculative legs: on the random-init 350M every case's first
+# item took ~6 s more than its three timed legs (~2 legs' worth).
+ACTIVITY_LEGS = 2
 
 
 @dataclass(frozen=True)
 class MatrixCosts:
-    """What one matrix leg costs, per decoded token (seconds), as calibration measured it."""
+    """What the matrix's work costs (seconds), as calibration measured it."""
 
     t_greedy: float  # the target's decode step inside the loop (costmodel.ComponentCosts.t_decode)
     t_spec: dict[int, float]  # width -> dflash's seconds per committed token (t_decode / its cost-model speedup)
+    t_row: float = 0.0  # one prompt row of a prefill: a verify forward of B + 1 rows / (B + 1)
+    prompt_lens: tuple[int, ...] = ()  # the benchmark prompts' lengths, in order (each leg prefills its prompts)
+    t_fixed: float = 0.0  # work of a fixed size: the verify-cost curve (test_verify_cost)
 
 
 def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: int, rank_rounds: int,
                       methods: int, widths: list[int], ranking_width: int, references: int) -> float:
-    """Seconds the matrix (greedy references, cases, base rounds, ranking rounds, reference rows) should take.
+    """Seconds the matrix (greedy references, cases, base rounds, ranking rounds, reference rows, the verify-cost
+    curve) should take.
 
-    Each case round runs greedy, dflash and the method on every prompt (`cases.measure_pair`); each ranking round
+    Each case round runs greedy, dflash and the method on every prompt (`cases.measure_pair`), after an untimed
+    activity decode (`ACTIVITY_LEGS`); each ranking round
     dflash and the method (`schedule.run_ranking`), topping the ranking width's cases up to `rank_rounds`; the
-    normal case runs two greedy legs a round; a reference row runs its peer and greedy (`peers.measure_reference`)."""
+    normal case runs two greedy legs a round; a reference row runs its peer and greedy (`peers.measure_reference`).
+    Every leg prefills its prompts (at 1 prompt x 16 tokens on the 350M, ~15 % of a leg)."""
     n = prompts * tokens
-    greedy = n * costs.t_greedy
+    prefill = costs.t_row * sum(costs.prompt_lens[:prompts])
+    greedy = n * costs.t_greedy + prefill
 
     def spec(w: int) -> float:
-        return n * costs.t_spec[w] * SLOWEST_METHOD_FACTOR
+        return n * costs.t_spec[w] * SLOWEST_METHOD_FACTOR + prefill
 
     total = greedy + rounds * 2 * greedy  # the greedy references, then the normal case
-    total += sum(methods * rounds * (greedy + 2 * spec(w)) for w in widths)
+    total += sum(methods * (rounds * (greedy + 2 * spec(w)) + ACTIVITY_LEGS * spec(w)) for w in widths)
     total += methods * max(0, rank_rounds - rounds) * 2 * spec(ranking_width)
     total += references * rounds * greedy * (1 + REFERENCE_LEG_FACTOR)
-    return total
+    return total + costs.t_fixed
 
 
 def plan_matrix(costs: MatrixCosts, budget_s: float, *, fixed: dict, rank_rounds: int, methods: int,

@@ -156,7 +156,10 @@ def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None
             **verdict_fields(verdicts(sess, pr.results[0]))}
 
 
-def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = 12) -> dict:
+VERIFY_CURVE_CALLS = 12  # timed calls per point of the verify-cost curve (bench.budget prices them)
+
+
+def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = VERIFY_CURVE_CALLS) -> dict:
     """t_verify(w) / t_decode at the first prompt's context: what a block verify costs in decode steps.
 
     Steady state, as inside the loop: one recording session, warmed by a verify, then each timed verify of

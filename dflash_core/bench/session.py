@@ -14,6 +14,7 @@ from ..methods import calibrated
 from ..options import env_value
 from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
+from .budget import LADDER
 from .calibration import auto_widths, calibrate_all, calibration_context, calibration_widths, ranking_width
 from .config import BenchConfig
 
@@ -181,8 +182,9 @@ def _open(cfg: BenchConfig) -> BenchSession:
     if cfg.tune or any(m.id not in sess.width_options for m in calibrated()):
         calibrate_all(sess, cal_texts, ctx)
     if cfg.budgeted_size:  # the matrix's size from what calibration measured, in what is left of the budget
+        lens = [len(rt.encode(p)) for p in ps.benchmark[:max(p for p, _, _ in LADDER)]]
         sess.size_plan = ({"chosen": reused.size, "reused_from": reused.source} if reused and reused.size else
-                          size_matrix(sess, ctx, cfg.bench_budget * 60.0 - (time.perf_counter() - started)))
+                          size_matrix(sess, ctx, cfg.bench_budget * 60.0 - (time.perf_counter() - started), lens))
         sess.cfg = cfg = cfg.budgeted(sess.size_plan["chosen"])
     # the benchmark prompts and their greedy references, at the matrix's size (calibration never sees them)
     sess.prompts = list(ps.benchmark[: cfg.prompt_limit])
@@ -194,22 +196,26 @@ def _open(cfg: BenchConfig) -> BenchSession:
     return sess
 
 
-def size_matrix(sess: BenchSession, ctx: dict, budget_s: float) -> dict:
-    """bench.budget.plan_matrix on the costs calibration measured: the target's decode step in the loop and
-    dflash's cost-model speedup at each benchmarked width (timed here on calibration prompts for a width the
-    width table does not cover, e.g. widths given or reused)."""
+def size_matrix(sess: BenchSession, ctx: dict, budget_s: float, prompt_lens: list[int] = ()) -> dict:
+    """bench.budget.plan_matrix on the costs calibration measured: the target's decode step in the loop, dflash's
+    cost-model speedup at each benchmarked width (timed here on calibration prompts for a width the width table
+    does not cover, e.g. widths given or reused), a prefill row and the verify-cost curve priced on the verify
+    curve; `prompt_lens`: the benchmark prompts' lengths in order."""
     from ..methods import speculative_ids
     from .budget import MatrixCosts, plan_matrix
     from .calibration import dflash_table
-    from .peers import REFERENCES
+    from .peers import REFERENCES, VERIFY_CURVE_CALLS
 
     widths = calibration_widths(sess) or [sess.block_size]
     rows = {r["width"]: r for r in (sess.width_choice or {}).get("table", [])}
     missing = [w for w in widths if w not in rows]
     rows.update({r["setting"]["width"]: {"model_speedup": r["model_speedup"]}
                  for r in (dflash_table(sess, missing, ctx) if missing else [])})
-    t = float(sess.calibration_costs.t_decode)
-    costs = MatrixCosts(t_greedy=t, t_spec={w: t / max(float(rows[w]["model_speedup"]), 1e-6) for w in widths})
+    cc, B = sess.calibration_costs, sess.block_size
+    t = float(cc.t_decode)
+    costs = MatrixCosts(t_greedy=t, t_spec={w: t / max(float(rows[w]["model_speedup"]), 1e-6) for w in widths},
+                        t_row=float(cc.t_verify[B]) / (B + 1), prompt_lens=tuple(prompt_lens),
+                        t_fixed=VERIFY_CURVE_CALLS * float(sum(cc.t_verify[1:B + 1])))
     c = sess.cfg
     plan = plan_matrix(costs, budget_s, fixed={k: getattr(c, k) for k in ("prompt_limit", "tokens", "rounds")
                                                 if k in c.explicit}, rank_rounds=c.rank_rounds,
