@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from dflash_core.bench.budget import (
-    ACTIVITY_LEGS,
     LADDER,
     REFERENCE_LEG_FACTOR,
     SLOWEST_METHOD_FACTOR,
@@ -53,7 +52,7 @@ def test_the_projection_counts_every_leg_of_the_matrix():
     c = MatrixCosts(t_greedy=1.0, t_spec={2: 3.0}, t_row=0.5, prompt_lens=(4, 6, 100), t_fixed=7.0)
     got = projected_seconds(c, prompts=2, tokens=5, rounds=2, rank_rounds=6, methods=1, widths=[2], ranking_width=2,
                             references=0)
-    greedy_legs, spec_legs = 1 + 2 * 2 + 2, ACTIVITY_LEGS + 2 * 2 + 4 * 2
+    greedy_legs, spec_legs = 1 + 2 * 2 + 2, 2 + 2 * 2 + 4 * 2  # the activity decode: two legs
     assert got == pytest.approx(greedy_legs * (10 + 5) + spec_legs * (10 * 3.0 * SLOWEST_METHOD_FACTOR + 5) + 7)
 
 
