@@ -15,8 +15,6 @@ run in bfloat16 (`compute_dtype`) while the softmax and the loss stay float32.
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
 # About 32 M logits per chunk (128 MiB in float32): vocab 65,536 -> 512 rows, the mini's 2,048 -> 16,384.
@@ -82,15 +80,3 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, ids: torch.Tenso
         probs = torch.ones(ids.shape, dtype=torch.float32, device=h.device)
     chunk = chunk or chunk_rows(weight.shape[0])
     return _LinearSoftCrossEntropy.apply(h.contiguous(), weight, ids, probs, compute_dtype or h.dtype, chunk)
-
-
-@functools.lru_cache(maxsize=1)
-def bf16_matmul_is_fast() -> bool:
-    """Whether this CPU has native bfloat16 dot products (AVX512-BF16 or AMX): there bf16 matmuls are several
-    times faster than float32; without them torch emulates bf16 and it is slower, so float32 stays."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return " avx512_bf16" in flags or " amx_bf16" in flags

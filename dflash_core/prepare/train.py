@@ -31,10 +31,12 @@ from pathlib import Path
 
 import torch
 
+from ..errors import BadInputError
 from ..runtime.drafter import DFlashDrafter, DrafterConfig, init_drafter
+from ..runtime.precision import train_in_bf16
 from ..runtime.target import TargetRuntime
 from . import distributed as dist
-from .loss import bf16_matmul_is_fast, linear_cross_entropy
+from .loss import linear_cross_entropy
 from .teacher import TEACHER_BATCH, TeacherData, length_buckets  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
@@ -83,11 +85,14 @@ def matmul_autocast(dtype: torch.dtype):
     return contextlib.nullcontext()
 
 
-def resolve_matmul_dtype(name: str, vocab: int) -> torch.dtype:
-    """'auto': bfloat16 at a real vocabulary on CPUs with native bf16 dot products (several times faster there),
-    else float32."""
+def resolve_matmul_dtype(name: str, vocab: int, device: str = "cpu") -> torch.dtype:
+    """'auto': bfloat16 at a real vocabulary where the lab's bf16 rule allows it (runtime/precision.py: native bf16
+    only, several times faster there), else float32. 'bfloat16' where bf16 would be emulated is refused."""
     if name == "auto":
-        return torch.bfloat16 if vocab >= LARGE_VOCAB and bf16_matmul_is_fast() else torch.float32
+        return torch.bfloat16 if vocab >= LARGE_VOCAB and train_in_bf16(device) else torch.float32
+    if name == "bfloat16" and not train_in_bf16(device):
+        raise BadInputError(f"matmul_dtype 'bfloat16' on {device}, which has no native bf16 (torch would emulate it "
+                            "~60x slower): use matmul_dtype 'auto' or 'float32'")
     return getattr(torch, name)
 
 
@@ -354,7 +359,9 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     data = teacher.select([i for i, s in enumerate(teacher.sequences) if len(s) > B + 2])
     if data.taps is None or data.tap_layers not in ((), tuple(dcfg.taps)):
         data.taps = trajectories_taps(rt, data.sequences, dcfg.taps, progress=progress)
-    matmul_dtype = resolve_matmul_dtype(tcfg.matmul_dtype, dcfg.vocab_size) if rt.dtype == torch.float32 else rt.dtype
+    matmul_dtype = rt.dtype
+    if rt.dtype == torch.float32:
+        matmul_dtype = resolve_matmul_dtype(tcfg.matmul_dtype, dcfg.vocab_size, str(rt.device))
     row_sampling = resolve_row_sampling(tcfg.row_sampling, dcfg.vocab_size)
     distill = tcfg.distill_top_k if data.top_ids is not None else 0
     train_ids, val_ids = split_trajectories(len(data), tcfg.seed, tcfg.val_fraction)

@@ -1,0 +1,54 @@
+"""The lab's one rule for bfloat16 in training: bf16 only where the hardware computes it natively.
+
+A CPU with AVX512-BF16 or AMX-BF16 runs bf16 matmuls several times faster than float32; one without them
+(AVX2 only: most laptops and many cloud CPUs) has torch emulate bf16, ~60x slower than float32 (a 512x512
+matmul: 203 ms against 3.5 ms on an AVX2-only AMD EPYC). So the mini target's autocast, the drafter's matmul
+dtype and anything else that trains ask `train_in_bf16` and get float32 wherever bf16 would be emulated.
+The fits train in float32 everywhere (small least-squares and tiny heads: nothing to gain).
+
+The CPU flags come from /proc/cpuinfo (torch has no public query for them); a machine without that file (not
+Linux) is taken as having no native bf16, the safe side: float32 is never slow.
+"""
+
+from __future__ import annotations
+
+import functools
+
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+CPUINFO = "/proc/cpuinfo"
+
+
+def cpu_flags(text: str) -> frozenset[str]:
+    """The CPU feature flags in a /proc/cpuinfo text (every 'flags' line; x86 only writes them)."""
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            flags.update(value.split())
+    return frozenset(flags)
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU has native bfloat16 dot products (AVX512-BF16 or AMX-BF16)."""
+    try:
+        with open(CPUINFO, encoding="ascii", errors="replace") as f:
+            flags = cpu_flags(f.read())
+    except OSError:
+        return False
+    return any(f in flags for f in NATIVE_BF16_FLAGS)
+
+
+def train_in_bf16(device: str = "cpu") -> bool:
+    """Whether training on `device` may run its matmuls in bfloat16: a CUDA device that supports bf16, or a CPU
+    with native bf16 dot products. Never on a CPU that would emulate it."""
+    if str(device).startswith("cuda"):
+        import torch  # lazy: this module is read by the CLI's option checks, which must not import torch
+
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return cpu_has_native_bf16()
+
+
+def training_precision(device: str = "cpu") -> str:
+    """The name recorded in metadata for the precision training used: 'bfloat16-autocast' or 'float32'."""
+    return "bfloat16-autocast" if train_in_bf16(device) else "float32"

@@ -1,0 +1,102 @@
+"""The lab's one bf16 rule (runtime/precision.py), with the detector forced both ways: no training step runs
+under bf16 on a CPU that would emulate it (the mini target's autocast, the drafter's matmul dtype)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dflash_core.errors import BadInputError
+from dflash_core.runtime import precision
+
+AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse sse2 avx avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu avx2\n"
+SAPPHIRE = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n"
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """Force the detector: cpu(True) or cpu(False)."""
+
+    def force(native: bool) -> None:
+        monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
+
+    return force
+
+
+@pytest.mark.parametrize("text, native", [(AVX2_ONLY, False), (SAPPHIRE, True), ("", False),
+                                          ("flags : avx512_bf16x\n", False), ("model name : amx_bf16\n", False)])
+def test_the_detector_reads_the_flags_lines_only(tmp_path, monkeypatch, text, native):
+    info = tmp_path / "cpuinfo"
+    info.write_text(text)
+    monkeypatch.setattr(precision, "CPUINFO", str(info))
+    precision.cpu_has_native_bf16.cache_clear()
+    try:
+        assert precision.cpu_has_native_bf16() is native
+    finally:
+        precision.cpu_has_native_bf16.cache_clear()
+
+
+def test_a_machine_without_cpuinfo_trains_in_float32(tmp_path, monkeypatch):
+    monkeypatch.setattr(precision, "CPUINFO", str(tmp_path / "missing"))
+    precision.cpu_has_native_bf16.cache_clear()
+    try:
+        assert precision.train_in_bf16("cpu") is False
+    finally:
+        precision.cpu_has_native_bf16.cache_clear()
+
+
+def _autocast_seen_by_one_mini_step(cfg) -> bool:
+    """Run the mini target's real training step on a tiny model; return whether its forward ran under autocast."""
+    import torch
+    from transformers import Lfm2ForCausalLM
+
+    from dflash_core.prepare import minitarget as mt
+
+    torch.manual_seed(0)
+    model = Lfm2ForCausalLM(mt.model_config(cfg)).float()
+    seen: list[bool] = []
+    model.register_forward_pre_hook(lambda m, a: seen.append(torch.is_autocast_enabled("cpu")))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    mt._train_step(model, opt, torch.randint(3, cfg.vocab_size, (2, 9)), cfg)
+    return seen == [True]
+
+
+TINY = dict(vocab_size=64, hidden_size=32, num_layers=2, attention_layers=(1,), num_heads=2, num_kv_heads=1,
+            intermediate_size=64, max_position_embeddings=64)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_mini_target_autocasts_only_where_bf16_is_native(cpu, native):
+    from dflash_core.prepare import minitarget as mt
+
+    cpu(native)
+    cfg = mt.MiniTargetConfig(**TINY)
+    assert cfg.autocast_bf16 is None  # the default asks the rule
+    assert mt.resolve_autocast(cfg).autocast_bf16 is native
+    assert _autocast_seen_by_one_mini_step(cfg) is native
+
+
+def test_asking_the_mini_target_for_emulated_bf16_is_refused(cpu):
+    from dflash_core.prepare import minitarget as mt
+
+    cpu(False)
+    with pytest.raises(BadInputError, match="native bf16"):
+        mt.resolve_autocast(mt.MiniTargetConfig(autocast_bf16=True))
+    assert mt.resolve_autocast(mt.MiniTargetConfig(autocast_bf16=False)).autocast_bf16 is False
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_the_drafter_trains_in_bf16_only_where_it_is_native(cpu, native):
+    import torch
+
+    from dflash_core.prepare.train import LARGE_VOCAB, resolve_matmul_dtype
+
+    cpu(native)
+    want = torch.bfloat16 if native else torch.float32
+    assert resolve_matmul_dtype("auto", LARGE_VOCAB) == want
+    assert resolve_matmul_dtype("auto", 2048) == torch.float32  # the mini's vocabulary: fp32 everywhere
+    assert resolve_matmul_dtype("float32", LARGE_VOCAB) == torch.float32
+    if native:
+        assert resolve_matmul_dtype("bfloat16", LARGE_VOCAB) == torch.bfloat16
+    else:
+        with pytest.raises(BadInputError, match="no native bf16"):
+            resolve_matmul_dtype("bfloat16", LARGE_VOCAB)
