@@ -117,7 +117,7 @@ def _resolve(a, names: tuple[str, ...]) -> list[str]:
     is a directory (or can become one) and a local --drafter directory is a DFlash drafter of sane size."""
     explicit = options.resolve(a, names)
     if "home" in names:
-        from .prepare.artifacts import check_home
+        from .store.artifacts import check_home
 
         check_home(a.home)
     if "drafter" in names and a.drafter and Path(a.drafter).expanduser().is_dir():
@@ -215,11 +215,11 @@ def cmd_export(a) -> int:
 def cmd_export_drafter(a) -> int:
     """The verified prepared drafter of `--target` as a transformers checkpoint (AutoModel loads it, and
     `generate(assistant_model=..., speculation_type="dflash")` drafts with it)."""
-    from .prepare.artifacts import target_identity
     from .prepare.drafter_format import check_drafter_out, export_drafter
     from .prepare.model_card import measured_tau, model_card
     from .prepare.prepared import load_prepared
     from .runtime.target import load_target
+    from .store.artifacts import target_identity
 
     _resolve(a, EXPORT_DRAFTER_OPTIONS)
     check_drafter_out(Path(a.out))
@@ -276,7 +276,7 @@ def cmd_run(a) -> int:
     torch.set_num_threads(a.threads)
     where = _optional(revision=a.revision)
     if a.target == "mini":
-        from .prepare.artifacts import mini_target_dir
+        from .store.artifacts import mini_target_dir
 
         if not (mini_target_dir(a.home) / "config.json").is_file():
             print("[run] the mini target is not built yet: running `prepare` first", file=sys.stderr)
@@ -395,8 +395,8 @@ def cmd_bench(a) -> int:
 def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
     """Widths above the prepared drafter's block size B, refused once, before the child pytest starts (it
     refused them in each of its cases)."""
-    from .prepare.artifacts import MANIFEST
     from .safeio import read_json
+    from .store.artifacts import MANIFEST
 
     given = options.env_value("widths")
     flag = options.option("widths").pytest

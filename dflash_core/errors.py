@@ -31,6 +31,10 @@ class BundleError(ArtifactError):
     """A prepared bundle (export/import) is corrupt, truncated, unsafe or does not match its manifests."""
 
 
+class ReportInputError(DFlashError):
+    """A saved benchmark file cannot be turned into a report."""
+
+
 # --- the one error boundary of every command ------------------------------------------------------------
 
 def os_error_message(exc: OSError, writing: str | None = None) -> str:

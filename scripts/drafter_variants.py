@@ -108,9 +108,9 @@ def run(args: argparse.Namespace, base: PrepareConfig | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from dflash_core.prepare.artifacts import write_json_atomic
     from dflash_core.progress import ensure_console_logging
     from dflash_core.runtime.device import torch_threads
+    from dflash_core.store.artifacts import write_json_atomic
 
     args = parse_args(argv)
     if args.threads < 1:

@@ -26,10 +26,10 @@ def main(argv=None) -> dict:
     import torch
 
     from dflash_core.methods.runner import run_method
-    from dflash_core.prepare.data import load_prompts
     from dflash_core.prepare.pipeline import PrepareConfig, family_for
     from dflash_core.prepare.prepared import load_prepared
     from dflash_core.runtime.target import load_target
+    from dflash_core.store.data import load_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="mini")

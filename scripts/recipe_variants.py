@@ -60,7 +60,6 @@ def tau_per_width(rt, drafter, prompts: list[list[int]], tokens: int, widths: li
 def main(argv=None) -> dict:
     import torch
 
-    from dflash_core.prepare.data import load_prompts
     from dflash_core.prepare.drafter_format import mask_token_for
     from dflash_core.prepare.pipeline import PrepareConfig, drop_leaking_trajectories, family_for, train_seed_ids
     from dflash_core.prepare.teacher import teacher_data
@@ -68,6 +67,7 @@ def main(argv=None) -> dict:
     from dflash_core.progress import ensure_console_logging
     from dflash_core.runtime.drafter import DrafterConfig, default_taps
     from dflash_core.runtime.target import load_target
+    from dflash_core.store.data import load_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="mini")

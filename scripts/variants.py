@@ -159,7 +159,7 @@ def train_variant(rt, trajs: list[list[int]], cfg: PrepareConfig, progress: bool
 
 def context_taps(rt, seq: Sequence[int], taps: Sequence[int]):
     """Target taps of every row of `seq`: the drafting context every variant is timed at."""
-    from dflash_core.prepare.train import trajectory_taps
+    from dflash_core.runtime.target import trajectory_taps
 
     return trajectory_taps(rt, seq, taps)
 

@@ -17,7 +17,7 @@ def session(tiny_prepared):
     import torch
 
     from dflash_core.bench.config import BenchConfig
-    from dflash_core.bench.session import BenchSession
+    from dflash_core.bench.state import BenchSession
     from dflash_core.runtime.decode import greedy
 
     refs, margins = [], []
@@ -152,7 +152,7 @@ def test_cases_save_their_loop_timings_for_the_cost_model(session):
 
 
 def test_token_text_covers_every_traced_id():
-    from dflash_core.bench.session import BenchSession
+    from dflash_core.bench.state import BenchSession
 
     rt = SimpleNamespace(tokenizer=object(), decode=lambda ids: f"<{ids[0]}>")
     sess = BenchSession(None, rt, None, "code", [], [], [], [])
@@ -210,7 +210,7 @@ def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_
     from dflash_core.bench.costmodel import OBJECTIVE, choose
     from dflash_core.methods import get_method
     from dflash_core.methods.runner import run_method
-    from dflash_core.prepare.data import load_prompts
+    from dflash_core.store.data import load_prompts
 
     texts = list(load_prompts("code").calibration[:2])
     monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]][: len(t)])
@@ -284,7 +284,7 @@ def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch,
     assert next(r for r in rec["table"] if r["width"] == best)["model_speedup"] >= top * 0.99
     session.cfg = dataclasses.replace(session.cfg, calibration_widths=())
     session.bench_widths = widths
-    assert bench.calibration_widths(session) == widths  # the chosen widths are the ones calibrated
+    assert session.calibration_widths() == widths  # the chosen widths are the ones calibrated
 
 
 @pytest.mark.parametrize("table_covers", [True, False])

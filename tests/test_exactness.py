@@ -139,9 +139,9 @@ def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
     path, and its greedy agrees with eager greedy up to certified ties; the target identity is unchanged."""
     import torch
 
-    from dflash_core.prepare.artifacts import target_identity
     from dflash_core.runtime.kernels import apply_kernels
     from dflash_core.runtime.target import load_target
+    from dflash_core.store.artifacts import target_identity
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")

@@ -22,8 +22,8 @@ import pytest
 from dflash_core import __main__ as cli
 from dflash_core.errors import BundleError
 from dflash_core.prepare import bundle as bundle_mod
-from dflash_core.prepare.artifacts import home_lock
 from dflash_core.prepare.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
+from dflash_core.store.artifacts import home_lock
 
 from .homes import make_mini_like_home, tree
 

@@ -298,7 +298,7 @@ def test_a_target_file_that_never_ends_is_refused(tiny_ckpt, tmp_path, name):
 
 def test_auto_map_in_the_mini_target_is_refused_not_rebuilt(tiny_ckpt, tmp_path, monkeypatch, capsys):
     import dflash_core.prepare.pipeline as pipeline
-    from dflash_core.prepare.artifacts import write_target_manifest
+    from dflash_core.store.artifacts import write_target_manifest
 
     home = tmp_path / "home"
     mini = home / "targets" / "mini"
@@ -365,7 +365,7 @@ def test_os_errors_anywhere_in_a_command_are_one_error_line(clean_env, monkeypat
 
 
 def test_a_deeply_nested_manifest_is_an_artifact_error(tmp_path):
-    from dflash_core.prepare.artifacts import read_manifest
+    from dflash_core.store.artifacts import read_manifest
 
     (tmp_path / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ArtifactError, match="nests deeper"):

@@ -63,7 +63,7 @@ def test_gate_refuses_nan_on_a_regressed_row(tmp_path, capsys, field):
 
 
 def test_gate_nan_in_the_document_is_refused_by_the_api_too(tmp_path):
-    from dflash_core.report.build import ReportInputError
+    from dflash_core.errors import ReportInputError
     from dflash_core.report.gate import gate
 
     base = json.loads(_canonical(tmp_path, "base", BASE).read_text())
@@ -191,7 +191,7 @@ def test_report_out_is_a_file(tmp_path, capsys):
 @pytest.mark.parametrize("code,words", [(errno.EACCES, "permission denied"), (errno.EROFS, "permission denied"),
                                         (errno.ENOSPC, "no space left on device while writing")])
 def test_report_unwritable_or_full_out_is_named(tmp_path, capsys, monkeypatch, code, words):
-    import dflash_core.prepare.artifacts as artifacts
+    import dflash_core.store.artifacts as artifacts
 
     def refuse(path, data):
         raise OSError(code, errno.errorcode[code], str(path))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dflash_core.prepare import pipeline
-from dflash_core.prepare.artifacts import mini_target_dir
+from dflash_core.store.artifacts import mini_target_dir
 
 
 def test_each_seed_has_its_own_folder(monkeypatch, tmp_path):

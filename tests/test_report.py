@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_core.errors import ReportInputError
 from dflash_core.report.__main__ import main as report_main
-from dflash_core.report.build import SCHEMA_VERSION, ReportInputError, build_report, load_saved
+from dflash_core.report.build import SCHEMA_VERSION, build_report, load_saved
 from dflash_core.report.html import render_index, render_report
 
 from .report_data import HOSTILE, hostile_saved

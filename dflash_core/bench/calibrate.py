@@ -153,7 +153,7 @@ def calibrate(rt, prompts: Sequence[Sequence[int]], tokens: int, settings: Seque
 def _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family: str | None, purpose: str) -> None:
     """Held-out discipline: calibration prompts, as text or as the decoded ids, may share no n-gram with a
     benchmark prompt (the one guard, `heldout`, via `data.refuse_benchmark`)."""
-    from ..prepare.data import refuse_benchmark
+    from ..store.data import refuse_benchmark
 
     fam = family or prepared.manifest.get("seeds", {}).get("family") or ("code" if rt.name == "mini" else "english")
     if prompt_texts is not None:

@@ -14,7 +14,7 @@ from ..progress import Progress
 from ..runtime.decode import greedy
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 log = logging.getLogger(__name__)
 
@@ -93,20 +93,12 @@ def _cal_ids(sess: BenchSession, texts: list[str]) -> list[list[int]]:
     return [sess.rt.encode(t) for t in texts]
 
 
-def calibration_widths(sess: BenchSession) -> list[int]:
-    """The widths calibrated: the benchmarked ones (given, else chosen by `auto_widths`) that fit the block size
-    (the bench fixture refuses the others), else B alone."""
-    given = sess.cfg.calibration_widths or tuple(sess.bench_widths)
-    ws = sorted({int(w) for w in given if 1 <= int(w) <= sess.block_size})
-    return ws or [sess.block_size]
-
-
 def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     """What every calibration shares: the calibration prompts' ids, their greedy references and the target's
     component costs timed inside the decode loop on them (`loop_target_costs`; calibration never times benchmark
     prompts); the costs are measured once per session. Refuses calibration prompts that share an n-gram with a
     benchmark prompt."""
-    from ..prepare.data import refuse_benchmark
+    from ..store.data import refuse_benchmark
 
     refuse_benchmark(cal_texts, sess.family, "calibration")
     ids = _cal_ids(sess, cal_texts)
@@ -168,7 +160,7 @@ def calibrate_all(sess: BenchSession, cal_texts: list[str], ctx: dict | None = N
     from .costmodel import OBJECTIVE
 
     ctx = ctx or calibration_context(sess, cal_texts)
-    widths = calibration_widths(sess)
+    widths = sess.calibration_widths()
     todo = [m for m in calibrated() if m.id not in sess.width_options]  # the others: reused (--calibration-from)
     searched = [m for m in todo if m.calibration.reuses is None]
     bar = Progress(f"calibration ({len(searched)} methods x {len(widths)} widths)", len(searched) * len(widths), log)

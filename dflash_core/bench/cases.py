@@ -16,7 +16,7 @@ from .rounds import PairedRounds, comparison_rounds, decode_all, paired_rounds, 
 from .stats import median_iqr
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 
 @dataclass

@@ -19,7 +19,7 @@ from ..runtime.device import synchronize, torch_threads
 from .rounds import paired_rounds, verdict_fields, verdicts
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 REFERENCES = ("generate", "prompt_lookup", "assisted", "dflash_transformers")
 
@@ -51,10 +51,10 @@ def transformers_dflash_assistant(rt, prepared):
     weights are exactly the ones the lab's methods draft with. transformers feeds the assistant the target's
     embeddings and hidden states unconverted, so it runs in the target's dtype.
     """
-    from ..prepare.artifacts import load_tensor_file
     from ..prepare.drafter_format import to_hf_model
     from ..prepare.prepared import DRAFTER_FILE
     from ..runtime.drafter import DFlashDrafter, DrafterConfig
+    from ..store.artifacts import load_tensor_file
 
     blob = load_tensor_file(prepared.directory / DRAFTER_FILE)
     drafter = DFlashDrafter(DrafterConfig.from_dict(blob["config"]))

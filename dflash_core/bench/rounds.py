@@ -12,7 +12,7 @@ from ..runtime.exactness import classify
 from .stats import median_iqr
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 
 def decode_all(sess: BenchSession, method: str, width: int, trace: list | None = None,

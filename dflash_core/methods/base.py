@@ -41,7 +41,7 @@ class Fitter:
 
     def __call__(self, ctx: FitContext) -> dict:
         """Runs the fit after the held-out guard: every fitter is called through here, so none can skip it."""
-        from ..prepare.heldout import check_sequences
+        from ..store.data import check_sequences
 
         check_sequences(ctx.rt, ctx.trajectories, f"fitter {self.name!r}")
         return self.fit(ctx)

@@ -218,7 +218,7 @@ def weight_files(directory: Path) -> list[Path]:
 
 def drafter_digest(directory: Path) -> str:
     """SHA-256 over config.json and every *.safetensors file (names and bytes): the drafter's identity."""
-    from .artifacts import hash_file_into
+    from ..store.artifacts import hash_file_into
 
     h = hashlib.sha256()
     for p in [directory / "config.json", *weight_files(directory)]:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ArtifactError, BadInputError
 from ..runtime.device import torch_threads as _torch_threads
+from ..store.artifacts import META_FILE
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,6 @@ if TYPE_CHECKING:  # heavy imports happen inside functions; this is for type hin
 PINNED_TRANSFORMERS = "5.24.0"
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|pad|>", "<|startoftext|>", "<|endoftext|>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)  # ids 0, 1, 2 in this order
-META_FILE = "mini_target_meta.json"
 PROMPT_FAMILY = "code"  # its corpus is Python source; recorded in META_FILE so a copied folder keeps it
 DEMO_PROMPTS = ("def forward(self, hidden_states):", "class Attention(nn.Module):")
 
@@ -122,7 +122,8 @@ def check_corpus(texts: list[str], names: list[str] | None = None) -> None:
     """Refuse a corpus that shares a normalised n-gram with a shipped benchmark or calibration prompt
     (`heldout`, docs/design.md §6): a target that memorised a held-out prompt makes the benchmark measure
     recall. The build and `prepare` (which cuts train seeds from the corpus) both call it."""
-    from .heldout import check_clean, shipped_held_out
+    from ..store.data import shipped_held_out
+    from ..store.heldout import check_clean
 
     check_clean(texts, shipped_held_out(), "the mini target's corpus", names=names,
                 fix="choose benchmark and calibration prompts (data/prompts.json) that are absent from the corpus")
@@ -320,7 +321,7 @@ def build_mini_target(
     import tempfile
 
     from ..safeio import normal_modes
-    from .artifacts import write_target_manifest
+    from ..store.artifacts import write_target_manifest
 
     t0 = time.perf_counter()
     out = Path(out_dir)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, BadInputError
-from .artifacts import (
+from ..store.artifacts import (
     TARGET_MANIFEST,
     file_entry,
     home_lock,
@@ -93,8 +93,8 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str, record: dict | None = No
     memorised a held-out prompt cannot be fixed by dropping seeds) and cut by lines as before; any other text is
     cut into line and sentence starts, and the ones that leak are dropped and counted.
     """
-    from .data import load_prompts
-    from .heldout import check_clean, shipped_held_out
+    from ..store.data import load_prompts, shipped_held_out
+    from ..store.heldout import check_clean
     from .traindata import cut_seeds, load_train_text
 
     if rt.tokenizer is None:
@@ -139,7 +139,8 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str, record: dict | None = No
 def drop_leaking_trajectories(rt, trajs: list[list[int]], seeds: list[list[int]]):
     """Teacher trajectories are generated text: one that shares an n-gram with a held-out prompt is dropped
     (with its seed) before anything trains on it. Returns (trajectories, seeds, held-out record)."""
-    from .heldout import NO_TEXT_REASON, UNIT_RULE, decoder_of, filter_clean, shipped_held_out
+    from ..store.data import shipped_held_out
+    from ..store.heldout import NO_TEXT_REASON, UNIT_RULE, decoder_of, filter_clean
 
     held = shipped_held_out()
     record: dict[str, Any] = {"rule": UNIT_RULE, "held_out_ngrams": len(held.grams)}
@@ -163,7 +164,7 @@ def drop_leaking_trajectories(rt, trajs: list[list[int]], seeds: list[list[int]]
 def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
     if target != "mini":
         return
-    from .artifacts import mini_target_dir
+    from ..store.artifacts import mini_target_dir
 
     d = mini_target_dir(home)
     if (d / "config.json").is_file() and not refresh:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
-from .artifacts import artifact_dir, load_tensor_file, read_manifest, target_identity
+from ..store.artifacts import artifact_dir, load_tensor_file, read_manifest, target_identity
 
 DRAFTER_FILE = "drafter.safetensors"
 

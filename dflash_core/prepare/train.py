@@ -113,13 +113,6 @@ def trajectories(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens
     return teacher_data(rt, prompts, new_tokens, batch=batch, progress=progress).sequences
 
 
-def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) -> torch.Tensor:
-    """Hidden-state taps of every row of `seq` from one forward (same rows the loop feeds the drafter)."""
-    sess = rt.session(recording=False)
-    out = sess.prefill(list(seq), taps=taps)
-    return out.hidden.detach().cpu()
-
-
 def trajectories_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int],
                       batch: int = TEACHER_BATCH, progress: bool = False) -> list[torch.Tensor]:
     """`trajectory_taps` of every sequence, equal-length sequences batched into one forward."""
@@ -301,14 +294,14 @@ def eval_accuracy(drafter: DFlashDrafter, embed, head, data, feats, idx: list[in
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """The training state as safetensors (+ JSON skeleton): nothing is pickled, so loading runs no code."""
-    from .artifacts import tensor_bytes, write_atomic
+    from ..store.artifacts import tensor_bytes, write_atomic
 
     write_atomic(path, tensor_bytes(state))
 
 
 def load_checkpoint(path: Path, key: str) -> dict | None:
     from ..errors import ArtifactError
-    from .artifacts import load_tensor_file
+    from ..store.artifacts import load_tensor_file
 
     if not path.is_file():
         return None
@@ -341,7 +334,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
     """
     from ..progress import Progress
-    from .heldout import check_sequences
+    from ..store.data import check_sequences
 
     if teacher is None:
         teacher = TeacherData([list(s) for s in seqs], [1] * len(seqs), None)

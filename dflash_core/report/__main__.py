@@ -21,11 +21,11 @@ import argparse
 import json
 import sys
 
-from ..errors import guarded
-from .build import SCHEMA, SCHEMA_VERSION, ReportInputError, build_report, load_saved, validate_saved
+from ..errors import ReportInputError, guarded
+from ..savedruns import resolve_runs
+from .build import SCHEMA, SCHEMA_VERSION, build_report, load_saved, validate_saved
 from .gate import NO_REGRESSION, REGRESSION, GateConfig, judge, threshold
 from .models import compare_models, group_by_model, render_models
-from .runs import resolve_runs
 from .write import write_report
 
 
@@ -84,7 +84,7 @@ def _side_by_side(docs: list[dict], sources: list[str], root: str) -> int:
     """Runs of several models: one report per model and the comparison page (report.models)."""
     from pathlib import Path
 
-    from ..prepare.artifacts import write_atomic
+    from ..store.artifacts import write_atomic
 
     reports, cmp = compare_models(docs, sources)
     base = Path(root) / "models"

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..bench.costmodel import unexplained_overhead
 from ..bench.stats import median_interval, quartiles
-from ..errors import DFlashError
+from ..errors import ReportInputError
 from ..options import option
 from .costs import apply_cost_model
 from .goals import goals
@@ -44,10 +44,6 @@ def _is_activity(v) -> bool:
     """A case's activity block (dflash_core.bench.activity.summary): counts, the net change and a status."""
     return (isinstance(v, dict) and all(_is_int(v.get(k)) and v[k] >= 0 for k in ACTIVITY_COUNTS)
             and _is_int(v.get("net")) and v.get("status") in ACTIVITY_STATUS)
-
-
-class ReportInputError(DFlashError):
-    """A saved benchmark file cannot be turned into a report."""
 
 
 def _reject_nan(obj: Any, where: str) -> None:

@@ -79,7 +79,7 @@ def compare(base: dict, new: dict, cfg: GateConfig | None = None, names: tuple[s
 
 def write_compare(doc: dict, out: str | Path) -> Path:
     """DIR/compare.json and DIR/compare.html, each rendered in full first and written atomically."""
-    from ..prepare.artifacts import write_atomic
+    from ..store.artifacts import write_atomic
     from .compare_page import render_compare
 
     out = Path(out)

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ReportInputError
 from ..safeio import finite
-from .build import ReportInputError
 
 OK, REGRESSION, NOT_JUDGED, INCONCLUSIVE = "ok", "regression", "not judged", "inconclusive"
 NO_REGRESSION = "no regression"

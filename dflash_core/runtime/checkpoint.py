@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from ..errors import TargetNotFoundError
+from ..store.artifacts import META_FILE
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
@@ -26,7 +27,7 @@ def resolve_target_source(target: str, home: str | Path | None = None) -> tuple[
         raise TargetNotFoundError("empty target name: use 'mini', a local checkpoint directory, or a hub id "
                                   f"such as {DEFAULT_HUB_TARGET}")
     if target == "mini":
-        from ..prepare.artifacts import mini_target_dir
+        from ..store.artifacts import mini_target_dir
 
         return "mini", str(mini_target_dir(home))
     p = Path(target).expanduser()
@@ -65,7 +66,6 @@ def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
 def _checkpoint_meta(where: Path, error) -> dict:
     """Facts the checkpoint states about itself: the lab's mini target (and any copy of it) carries
     mini_target_meta.json, whose prompt family is 'code' (its corpus is Python source)."""
-    from ..prepare.minitarget import META_FILE
     from ..safeio import read_json
 
     path = where / META_FILE

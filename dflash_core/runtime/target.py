@@ -251,7 +251,7 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     import torch
 
     from ..errors import ArtifactError
-    from ..prepare.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
+    from ..store.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
 
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype, dev)
@@ -348,6 +348,13 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
     hidden = torch.cat(hid, dim=1) if taps else None
     tops = (torch.stack(top_v, 1), torch.stack(top_i, 1)) if top_k else None
     return torch.cat(cols, dim=1).tolist(), hidden, tops
+
+
+def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) -> Any:
+    """Hidden-state taps of every row of `seq` from one forward (the rows training and the fits feed the drafter)."""
+    sess = rt.session(recording=False)
+    out = sess.prefill(list(seq), taps=taps)
+    return out.hidden.detach().cpu()
 
 
 def batch_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int]) -> list[Any]:

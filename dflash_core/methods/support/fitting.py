@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ...prepare.artifacts import tensor_bytes
 from ...runtime.drafter import parameter_count
+from ...store.artifacts import tensor_bytes
 from .examples import DraftExamples, draft_examples
 
 log = logging.getLogger(__name__)

@@ -13,20 +13,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
 import secrets
+import sys
 import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from ..errors import ArtifactError
+from .journal import recover_imports
 
 MANIFEST = "manifest.json"
 TARGET_MANIFEST = "target_manifest.json"  # inside a built target directory (the mini target)
+META_FILE = "mini_target_meta.json"  # the mini target (and any copy of it) says what it is: prompt family, corpus
 LOCK_FILE = ".prepare.lock"
 FORMAT_VERSION = 1
 # What a manifest's target identity must match for the artifacts to belong to a runtime (content, not names).
@@ -258,6 +264,13 @@ def home_lock_path(home: str | Path | None = None) -> Path:
     return Path(os.path.abspath(dflash_home(home) / LOCK_FILE))
 
 
+def _rank() -> int:
+    """This process's rank in a torchrun group, 0 outside one. Only `prepare.distributed` joins a group, and it
+    has imported torch by then, so a process without torch loaded is rank 0 (the lock need not import torch)."""
+    d = sys.modules.get("torch.distributed")
+    return d.get_rank() if d is not None and d.is_available() and d.is_initialized() else 0
+
+
 _LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held (recovery runs at depth 1 only)
 
 
@@ -265,17 +278,11 @@ _LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held
 def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     """Hold the home's lock (reentrant in one thread). A second process or thread waits for the holder,
     so a reader never sees a half-rewritten home and never races a rebuild. The outermost holder first repairs
-    what a killed `import` left (`bundle.recover_imports`), so no command sees a home without its artifacts.
+    what a killed `import` left (`journal.recover_imports`), so no command sees a home without its artifacts.
 
     In a torchrun group only rank 0 takes it: it holds it for the group (the other ranks write nothing and
     read only after a barrier that follows rank 0's writes), so ranks never wait on each other's lock."""
-    import logging
-
-    from filelock import FileLock, Timeout
-
-    from .distributed import rank
-
-    if rank() > 0:
+    if _rank() > 0:
         yield
         return
 
@@ -300,8 +307,6 @@ def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     depth[key] = depth.get(key, 0) + 1
     try:
         if depth[key] == 1:  # the outermost holder: nothing else of this home is in progress
-            from .bundle import recover_imports
-
             recover_imports(path.parent)  # an import a kill interrupted is finished or undone first
         yield
     finally:
