@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import sys
+
 
 class DFlashError(ValueError):
     """Base class: a user-facing error with an actionable message."""
@@ -39,8 +42,6 @@ class ReportInputError(DFlashError):
 
 def os_error_message(exc: OSError, writing: str | None = None) -> str:
     """One line for an OSError: disk full is named as such (it is not a corrupt input), with the fix."""
-    import errno
-
     where = writing or (str(exc.filename) if exc.filename else None)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return (f"no space left on device while writing {where or 'a file'}: free space or choose another "
@@ -71,8 +72,6 @@ def expected_failure(exc: BaseException) -> str | None:
 
 def guarded(fn, *args, **kwargs) -> int:
     """Run a command; an expected failure becomes exactly one `error:` line on stderr and exit 2."""
-    import sys
-
     try:
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - filtered by expected_failure, anything else is re-raised

@@ -8,6 +8,7 @@ environment variable, else the default. Importing this module is cheap (no torch
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -113,8 +114,6 @@ class Option:
 
     def argparse_type(self) -> Callable[[str], Any]:
         """A converter for argparse: a bad value becomes argparse's usage error (exit 2) naming the flag."""
-        import argparse
-
         def convert(text: str) -> Any:
             try:
                 return self.parse(text, self.cli or self.pytest or self.name)

@@ -442,6 +442,7 @@ def test_export_to_an_existing_folder_fails_before_packing(mini_like_home, tmp_p
     import dflash_core.runtime.target as target
 
     monkeypatch.setattr(target, "load_target", lambda *a, **k: pytest.fail("loaded before checking --out"))
+    monkeypatch.setattr(bundle_mod, "load_target", lambda *a, **k: pytest.fail("loaded before checking --out"))
     (tmp_path / "out").mkdir()
     assert cli.main(["export", "--out", str(tmp_path / "out"), "--home", str(mini_like_home)]) == 2
     assert "not a regular file" in _one_error(capsys)

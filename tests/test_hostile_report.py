@@ -197,6 +197,7 @@ def test_report_unwritable_or_full_out_is_named(tmp_path, capsys, monkeypatch, c
         raise OSError(code, errno.errorcode[code], str(path))
 
     monkeypatch.setattr(artifacts, "write_atomic", refuse)
+    monkeypatch.setattr("dflash_core.report.__main__.write_atomic", refuse)
     monkeypatch.setattr("dflash_core.report.write.write_atomic", refuse)
     src = _write(tmp_path, "in.json", _saved(BASE))
     assert report_main([str(src), "--out", str(tmp_path / "r")]) == 2

@@ -73,8 +73,6 @@ class BenchConfig:
         """--smoke: 1 prompt, 8 tokens, 1 round, 4 ranking rounds (and the smallest calibration)."""
         if not self.smoke:
             return self
-        from dataclasses import replace
-
         return replace(self, tokens=8, prompt_limit=1, rounds=1, rank_rounds=min(self.rank_rounds, 4),
                        calibration_tokens=8, calibration_prompt_limit=1,
                        calibration_repeats=1, calibration_widths=tuple(self.calibration_widths))

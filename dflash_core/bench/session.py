@@ -8,13 +8,18 @@ from __future__ import annotations
 import logging
 import time
 
-from ..methods import calibrated
+from ..methods import calibrated, speculative_ids
 from ..options import env_value
+from ..prepare.pipeline import PrepareConfig, family_for, load_prepared, prepare
 from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
-from .budget import LADDER
-from .calibration import auto_widths, calibrate_all, calibration_context, ranking_width
+from ..runtime.target import load_target
+from ..store.data import check_disjoint, load_prompts
+from .budget import LADDER, MatrixCosts, plan_matrix
+from .calibration import auto_widths, calibrate_all, calibration_context, dflash_table, ranking_width
 from .config import BenchConfig
+from .peers import REFERENCES, VERIFY_CURVE_CALLS
+from .reuse import apply_reused, load_reused
 from .state import BenchSession
 
 log = logging.getLogger(__name__)
@@ -32,10 +37,6 @@ def open_session(cfg: BenchConfig) -> BenchSession:
 
 
 def _open(cfg: BenchConfig) -> BenchSession:
-    from ..prepare.pipeline import PrepareConfig, family_for, load_prepared, prepare
-    from ..runtime.target import load_target
-    from ..store.data import check_disjoint, load_prompts
-
     # A hub revision reaches the child pytest of `bench` as DFLASH_REVISION (it has no pytest option).
     where = {"revision": rev} if (rev := env_value("revision")) else {}
     prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
@@ -53,8 +54,6 @@ def _open(cfg: BenchConfig) -> BenchSession:
     sess = BenchSession(cfg, rt, prepared, family, [], [], [], [])
     reused = None
     if cfg.calibration_from:
-        from .reuse import apply_reused, load_reused
-
         apply_reused(sess, reused := load_reused(cfg.calibration_from))
         sess.choice_source = f"reused from {cfg.calibration_from}"
     elif cfg.calibration_widths:
@@ -89,11 +88,6 @@ def size_matrix(sess: BenchSession, ctx: dict, budget_s: float, prompt_lens: lis
     cost-model speedup at each benchmarked width (timed here on calibration prompts for a width the width table
     does not cover, e.g. widths given or reused), a prefill row and the verify-cost curve priced on the verify
     curve; `prompt_lens`: the benchmark prompts' lengths in order."""
-    from ..methods import speculative_ids
-    from .budget import MatrixCosts, plan_matrix
-    from .calibration import dflash_table
-    from .peers import REFERENCES, VERIFY_CURVE_CALLS
-
     widths = sess.calibration_widths() or [sess.block_size]
     rows = {r["width"]: r for r in (sess.width_choice or {}).get("table", [])}
     missing = [w for w in widths if w not in rows]

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, BadInputError, BundleError, os_error_message
+from ..runtime.target import load_target
 from ..safeio import check_out_parent, parse_json
 from ..store.artifacts import (
     MANIFEST,
@@ -141,8 +142,6 @@ def export_bundle(out: str | Path, target: str = "mini", home: str | Path | None
 
     The target is loaded once (CPU float32) to compute its content identity, which names its artifact directory.
     """
-    from ..runtime.target import load_target
-
     home = dflash_home(home)
     out = Path(out)
     check_export_out(out)

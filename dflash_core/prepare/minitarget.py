@@ -41,14 +41,20 @@ import importlib.util
 import json
 import logging
 import math
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArtifactError, BadInputError
+from ..progress import Progress
 from ..runtime.device import torch_threads as _torch_threads
-from ..store.artifacts import META_FILE
+from ..safeio import normal_modes
+from ..store.artifacts import META_FILE, write_target_manifest
+from ..store.data import shipped_held_out
+from ..store.heldout import check_clean
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +128,6 @@ def check_corpus(texts: list[str], names: list[str] | None = None) -> None:
     """Refuse a corpus that shares a normalised n-gram with a shipped benchmark or calibration prompt
     (`heldout`, docs/design.md §6): a target that memorised a held-out prompt makes the benchmark measure
     recall. The build and `prepare` (which cuts train seeds from the corpus) both call it."""
-    from ..store.data import shipped_held_out
-    from ..store.heldout import check_clean
-
     check_clean(texts, shipped_held_out(), "the mini target's corpus", names=names,
                 fix="choose benchmark and calibration prompts (data/prompts.json) that are absent from the corpus")
 
@@ -263,8 +266,6 @@ def train_model(
     import torch
     from transformers import Lfm2ForCausalLM
 
-    from ..progress import Progress
-
     # fork_rng: seeding here must not disturb the caller's global RNG stream
     with _torch_threads(cfg.threads), torch.random.fork_rng(devices=[]):
         docs = _encode_corpus(tokenizer, texts)
@@ -317,12 +318,6 @@ def build_mini_target(
     config, steps, final loss (mean of the last 20 steps), wall seconds, parameter count, corpus
     description and sha256, tokenizer vocab size, greedy demo samples.
     """
-    import shutil
-    import tempfile
-
-    from ..safeio import normal_modes
-    from ..store.artifacts import write_target_manifest
-
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import BadInputError
-from ..store.data import read_shipped
+from ..store.data import read_shipped, shipped_held_out
+from ..store.heldout import filter_clean
+from .minitarget import PINNED_TRANSFORMERS, MiniTargetConfig, corpus_files, corpus_texts
 
 MAX_FILE_BYTES = 256 << 20  # one file
 MAX_TOTAL_BYTES = 512 << 20  # everything read from one source
@@ -221,8 +223,6 @@ def _done(spec: str, kind: str, texts: list[str], names: list[str]) -> TrainText
 def shipped_text(family: str) -> TrainText:
     """The family's shipped corpus (module docstring): `code` -> the mini corpus, else the English seed file."""
     if family == "code":
-        from .minitarget import PINNED_TRANSFORMERS, MiniTargetConfig, corpus_files, corpus_texts
-
         mcfg = MiniTargetConfig()
         texts = corpus_texts(mcfg)
         names = [p.name for p in corpus_files(mcfg)]
@@ -268,9 +268,6 @@ def fragments(text: str) -> list[str]:
 def cut_seeds(tt: TrainText, count: int, seed: int) -> tuple[list[str], dict]:
     """`count` seeds sampled (seeded) from every fragment of the text, after dropping the fragments that share an
     n-gram with a held-out prompt. Returns (seeds, what the manifest records about the cut)."""
-    from ..store.data import shipped_held_out
-    from ..store.heldout import filter_clean
-
     frags = [f for t in tt.texts for f in fragments(t)]
     keep, drop = filter_clean(frags, shipped_held_out())
     clean = [frags[i] for i in keep]

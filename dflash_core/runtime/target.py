@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInputError, TargetNotFoundError
+from ..errors import ArtifactError, BadInputError, TargetNotFoundError
+from ..store.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
 from .checkpoint import _checkpoint_meta, _hub_snapshot, _load_model, _load_tokenizer, resolve_target_source
 from .device import resolve_device, resolve_dtype
+from .kernels import apply_kernels, resolve_kernels
 
 ROLLBACKS = ("exact", "kv_only")
 
@@ -250,9 +252,6 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     """
     import torch
 
-    from ..errors import ArtifactError
-    from ..store.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
-
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype, dev)
     kind, where = resolve_target_source(target, home)
@@ -279,8 +278,6 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
         model = _load_model(path, error)
         model.eval()
         tok = _load_tokenizer(path, error)
-    from .kernels import apply_kernels, resolve_kernels
-
     rt = TargetRuntime(model=model, device=torch.device("cpu"), dtype=torch.float32, name=target, tokenizer=tok,
                        cached=cached, source=where)
     ident = compute_identity(model, tok, target)  # at float32, before any cast or kernel repacking

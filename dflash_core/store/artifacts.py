@@ -27,7 +27,10 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from ..errors import ArtifactError
+from .. import __version__
+from ..errors import ArtifactError, BadInputError
+from ..options import env_value
+from ..safeio import read_json
 from .journal import recover_imports
 
 MANIFEST = "manifest.json"
@@ -42,15 +45,11 @@ IDENTITY_KEYS = ("content_sha256", "config_sha256", "weights_sha256", "tokenizer
 
 def dflash_home(home: str | Path | None = None) -> Path:
     """DFLASH_HOME, default ~/.cache/dflash-mini-lab."""
-    from ..options import env_value
-
     return Path(home if home is not None else env_value("home")).expanduser()
 
 
 def check_home(home: str | Path | None = None) -> Path:
     """The home, refused up front when it (or a folder above it) exists and is not a directory."""
-    from ..errors import BadInputError
-
     d = dflash_home(home)
     for p in [d, *d.parents]:
         if p.exists():
@@ -64,8 +63,6 @@ def check_home(home: str | Path | None = None) -> Path:
 def mini_target_dir(home: str | Path | None = None, seed: int | None = None) -> Path:
     """The mini target's folder: targets/mini for the standard build, targets/mini-seed-N for the one trained with
     seed N (`seed`, else DFLASH_MINI_SEED), so independent mini targets never share a folder in one home."""
-    from ..options import env_value
-
     seed = env_value("mini_seed") if seed is None else seed
     return dflash_home(home) / "targets" / ("mini" if seed is None else f"mini-seed-{int(seed)}")
 
@@ -337,8 +334,6 @@ def versions() -> dict:
     import torch
     import transformers
 
-    from .. import __version__
-
     return {"dflash_core": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "numpy": numpy.__version__, "python": platform.python_version()}
 
@@ -356,8 +351,6 @@ def write_manifest(directory: Path, identity: dict, files: dict[str, dict], extr
 
 def _load_manifest_doc(mpath: Path, fix: str, what: str) -> dict:
     """Parse a manifest and check its shape: valid JSON of the wrong shape is corruption, not a crash."""
-    from ..safeio import read_json
-
     doc = read_json(mpath, what, ArtifactError, fix)  # a regular file, bounded size and nesting, no NaN
     if not isinstance(doc, dict):
         raise ArtifactError(f"{mpath} is not a {what} (a JSON object was expected, found "
