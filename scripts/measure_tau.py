@@ -1,4 +1,4 @@
-"""Tokens per target call (tau) of plain dflash on the held-out benchmark prompts, per verify width (issue 29).
+"""Tokens per target call (tau) of plain dflash on the held-out benchmark prompts, per verify width.
 
 tau is a count, not a timing: it is the same on a loaded and a quiet machine (given the same artifacts), so
 this is how drafter recipes are compared without a benchmark session. Each benchmark prompt of the target's

@@ -1,4 +1,4 @@
-"""Probe the CLI with hostile input (issue 30) and classify each outcome.
+"""Probe the CLI with hostile input and classify each outcome.
 
     python scripts/probe_hostile.py [--work DIR] [--lab DIR] [--only SUBSTRING] [--timeout 120]
 

@@ -1,4 +1,4 @@
-"""Hostile bundles (issue 30, groups 1-4 and the import/export tracebacks): bundle.json is untrusted until checked,
+"""Hostile bundles (groups 1-4 and the import/export tracebacks): bundle.json is untrusted until checked,
 import is crash-safe, export packs only manifest-listed regular files, and nothing outside the home ever changes.
 
 The security tests snapshot the folder around the home before and after: a bundle that once deleted the user's

@@ -1,4 +1,4 @@
-"""Fuzzing the untrusted inputs (issue 30): bundle.json (with the members that follow it) for `import`, and saved
+"""Fuzzing the untrusted inputs: bundle.json (with the members that follow it) for `import`, and saved
 runs / benchmark.json for `report` and `gate`. Whatever Hypothesis generates, the command ends in success or in
 exactly one `error:` line with exit 2 (the report and the gate may also say 1: exactness failed / regression
 found), never a traceback, and nothing outside the home or the report folder changes.

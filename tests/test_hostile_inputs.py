@@ -1,4 +1,4 @@
-"""Hostile run inputs (issue 30, groups 7-11): validate before work, bounded resources, finite drafter weights,
+"""Hostile run inputs (groups 7-11): validate before work, bounded resources, finite drafter weights,
 weight files that are regular files, auto_map refused, files written with the umask's mode, and every command's
 failures ending in one `error:` line with exit 2.
 

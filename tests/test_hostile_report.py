@@ -1,4 +1,4 @@
-"""Hostile input to `python -m dflash_core.report` and its gate (issue 30, groups 5 and 6 and the report/gate
+"""Hostile input to `python -m dflash_core.report` and its gate (groups 5 and 6 and the report/gate
 tracebacks): every bad input ends in one `error:` line and exit 2, and the gate fails closed — anything it cannot
 judge is an error, never "no regression"."""
 

@@ -14,7 +14,7 @@ size, within the caps, and is hashed while it is written into a stage inside the
 file, a folder, a link) is refused. Then the manifests inside must list exactly the packed files.
 
 Crash safety: under the home's lock, a journal naming the directories is written before the first move; a kill
-at any point leaves a `.import-*` stage that the next holder of the lock (`recover_imports`, called by
+at any point leaves a `.import-*` stage that the next holder of the lock (`journal.recover_imports`, called by
 `artifacts.home_lock`) rolls forward (journal present: the verified new directories go in) or back (no journal:
 any directory moved aside goes back). So the home is as before or as after, never without its artifacts.
 """
