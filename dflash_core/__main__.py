@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from . import __version__, options
+from .bench.config import check_widths_fit
 from .errors import BadInputError, DFlashError, guarded
 from .prepare.bundle import check_export_out, export_bundle, import_bundle
 from .prepare.model_card import find_report, measured_tau, model_card
@@ -389,10 +390,8 @@ def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
         return
     doc = read_json(artifacts / MANIFEST, "manifest", BadInputError, "run `python -m dflash_core prepare --refresh`")
     block = ((doc.get("drafter") or {}).get("config") or {}).get("block_size") if isinstance(doc, dict) else None
-    widths = [int(w) for w in str(given).split(",")]
-    if isinstance(block, int) and max(widths) > block:
-        raise BadInputError(f"DFLASH_WIDTHS / --bench-widths {given}: the widths {[w for w in widths if w > block]} "
-                            f"exceed the drafter's block size B={block}: give widths in 1..{block}")
+    if isinstance(block, int):
+        check_widths_fit([int(w) for w in str(given).split(",")], block, f"DFLASH_WIDTHS / --bench-widths {given}")
 
 
 def _export_mini_seed(a) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from ..errors import BadInputError
 from ..methods import METHODS
 from ..savedruns import Reused, read_source, resolve_source
+from .config import check_widths_fit
 
 
 def check_registry(reused: Reused) -> Reused:
@@ -59,9 +60,8 @@ def apply_reused(sess, reused: Reused) -> None:
     """Give the session the reused widths and, for every calibrated method the run chose options for at every one
     of them, those options (the rest are calibrated as usual, `calibration.calibrate_all`)."""
     cfg = sess.cfg
-    if max(reused.widths) > sess.block_size:
-        raise BadInputError(f"--calibration-from {reused.source}: width {max(reused.widths)} exceeds this drafter's "
-                            f"block size B={sess.block_size} (the run used another drafter): drop --calibration-from")
+    check_widths_fit(reused.widths, sess.block_size, f"--calibration-from {reused.source}",
+                     "the run used another drafter: drop --calibration-from")
     check_given_widths(reused, cfg.calibration_widths)
     sess.bench_widths = list(reused.widths)
     sess.ranking_width = reused.ranking_width  # None (a run before it was recorded): chosen here on calibration

@@ -17,7 +17,7 @@ from ..runtime.target import load_target
 from ..store.data import check_disjoint, load_prompts
 from .budget import LADDER, MatrixCosts, plan_matrix
 from .calibration import auto_widths, calibrate_all, calibration_context, dflash_table, ranking_width
-from .config import BenchConfig
+from .config import BenchConfig, check_widths_fit
 from .peers import REFERENCES, VERIFY_CURVE_CALLS
 from .reuse import apply_reused, load_reused
 from .state import BenchSession
@@ -48,6 +48,7 @@ def _open(cfg: BenchConfig) -> BenchSession:
                  "calibration (--bench-size full keeps the table's defaults)", f"{rt.info.get('parameters'):,}",
                  ", ".join(f"{k}={getattr(cfg, k)}" for k in cfg.resized), cfg.bench_budget)
     prepared = load_prepared(rt, drafter=cfg.drafter)
+    check_widths_fit(cfg.calibration_widths, int(prepared.drafter.cfg.block_size), "--bench-widths")
     family = family_for(rt, PrepareConfig())
     ps = load_prompts(family)
     check_disjoint({"train": ps.train, "calibration": ps.calibration, "benchmark": ps.benchmark})
