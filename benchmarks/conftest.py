@@ -82,29 +82,32 @@ def given_widths(config) -> list[int]:
     return [] if text == "auto" else [int(x) for x in text.split(",")]
 
 
+def pytest_sessionstart(session):
+    """`--bench-widths auto`: the cases are parametrized by the widths the benchmark session chooses, so the
+    session opens here, before collection (load, prepare, calibrate: the work the `bench` fixture would do first
+    anyway), and collection only reads it. Given widths open it in the fixture, at the first case."""
+    from dflash_core.bench.session import open_session
+    from dflash_core.errors import DFlashError
+    from dflash_core.report.plugin import SESSION_STASH
+
+    config = session.config
+    if given_widths(config):
+        return
+    try:
+        sess = open_session(bench_config(config))
+    except DFlashError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    config.stash[_early_key] = sess
+    config.stash[SESSION_STASH] = sess  # the progress weights read its sized knobs (a real target's differ)
+
+
 def bench_widths(config) -> list[int]:
-    """The verify widths: as given, or for `auto` the session's choice (bench.auto_widths). The cases are
-    parametrized by width at collection, so `auto` opens the benchmark session then (load, prepare, calibrate:
-    the work the session fixture would do first anyway) and the fixture reuses it."""
+    """The verify widths: as given, or for `auto` the choice of the session opened at session start."""
     given = given_widths(config)
     if given:
         return given
-    sess = config.stash.get(_early_key, None)
-    if sess is None:
-        sess = _open(config)
-        config.stash[_early_key] = sess
-        config.stash[_key()] = sess  # the progress weights read its sized knobs (a real target's are not the options')
+    sess = config.stash[_early_key]
     return list(sess.bench_widths) or [sess.block_size]
-
-
-def _open(config):
-    from dflash_core.bench.session import open_session
-    from dflash_core.errors import DFlashError
-
-    try:
-        return open_session(bench_config(config))
-    except DFlashError as exc:
-        raise pytest.UsageError(str(exc)) from exc
 
 
 _early_key = pytest.StashKey()
@@ -144,17 +147,14 @@ def bench(request):
     """The shared BenchSession (target, artifacts, prompts, greedy outputs, calibration). The run's noise figure
     comes from its own ranking rounds (dflash_core.bench.stats.robust_noise), not from extra A/A rounds."""
     from dflash_core.bench.session import open_session
-
-    sess = request.config.stash.get(_early_key, None) or open_session(bench_config(request.config))
-    widths = [w for w in bench_widths(request.config) if w > sess.block_size]
-    if widths:  # once for the session: a UsageError here was raised again by every case that uses the fixture
-        pytest.exit(f"error: --bench-widths {widths} exceed the drafter's block size B={sess.block_size}: give "
-                    f"widths in 1..{sess.block_size}", returncode=pytest.ExitCode.USAGE_ERROR)
-    request.config.stash[_key()] = sess
-    return sess
-
-
-def _key():
+    from dflash_core.errors import DFlashError
     from dflash_core.report.plugin import SESSION_STASH
 
-    return SESSION_STASH
+    sess = request.config.stash.get(_early_key, None)
+    if sess is None:
+        try:
+            sess = open_session(bench_config(request.config))
+        except DFlashError as exc:  # once for the session: a UsageError here was raised again by every case
+            pytest.exit(f"error: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+    request.config.stash[SESSION_STASH] = sess
+    return sess

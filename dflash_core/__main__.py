@@ -8,11 +8,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-from . import options
+from . import __version__, options
+from .bench.config import check_widths_fit
 from .errors import BadInputError, DFlashError, guarded
+from .prepare.bundle import check_export_out, export_bundle, import_bundle
+from .prepare.model_card import find_report, measured_tau, model_card
+from .prepare.traindata import load_train_text
+from .quiet import quiet_third_party
+from .runtime.checkpoint import resolve_target_source
+from .runtime.decode import greedy
+from .runtime.device import check_device_name, resolve_device, resolve_dtype
+from .runtime.devicecheck import device_check
+from .runtime.exactness import classify
+from .runtime.target import load_target
+from .safeio import read_json
+from .store.artifacts import MANIFEST, check_home, mini_target_dir, target_identity
 
 # Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
 RUN_OPTIONS = options.for_command("run")
@@ -30,7 +45,7 @@ class MethodIds:
     printing help), so `--version` and `methods` do not import torch just to build the parser."""
 
     def _ids(self) -> list[str]:
-        from .methods import method_ids
+        from .methods import method_ids  # lazy: pulls torch in (--help stays fast)
 
         return method_ids()
 
@@ -42,16 +57,12 @@ class MethodIds:
 
 
 def _version() -> str:
-    from . import __version__
-
     return f"dflash-mini-lab {__version__}"
 
 
 def _quiet(a) -> None:
     """Before a command loads a model (after its arguments were checked: importing transformers takes seconds):
     transformers' bars and known fallback warnings are hidden unless -v (dflash_core.quiet)."""
-    from .quiet import quiet_third_party
-
     quiet_third_party(a.verbose)
 
 
@@ -117,11 +128,9 @@ def _resolve(a, names: tuple[str, ...]) -> list[str]:
     is a directory (or can become one) and a local --drafter directory is a DFlash drafter of sane size."""
     explicit = options.resolve(a, names)
     if "home" in names:
-        from .prepare.artifacts import check_home
-
         check_home(a.home)
     if "drafter" in names and a.drafter and Path(a.drafter).expanduser().is_dir():
-        from .prepare.drafter_format import resolve_drafter_source
+        from .prepare.drafter_format import resolve_drafter_source  # lazy: pulls torch in (--help stays fast)
 
         resolve_drafter_source(a.drafter)  # config.json schema and bounds, weight files regular
     return explicit
@@ -130,8 +139,6 @@ def _resolve(a, names: tuple[str, ...]) -> list[str]:
 
 def check_device_args(device: str, dtype: str, kernels: str):
     """Device, dtype and kernel path, checked before anything is built or loaded. Returns the torch.device."""
-    from .runtime.device import check_device_name, resolve_device, resolve_dtype
-
     dev = resolve_device(check_device_name(device))
     tdtype = resolve_dtype(dtype, dev)
     if kernels == "onednn" and (dev.type != "cpu" or str(tdtype) != "torch.float32"):
@@ -163,8 +170,6 @@ def check_run_args(a, info) -> None:
 
 def check_target_args(target: str, home, revision: str | None) -> None:
     """The target's name (not its files) and that --revision goes with a hub id."""
-    from .runtime.checkpoint import resolve_target_source
-
     kind, _ = resolve_target_source(target, home)
     if revision is not None and kind != "hub":
         raise BadInputError(f"--revision {revision!r} applies to hub ids only; {target!r} is a {kind} target: "
@@ -172,7 +177,7 @@ def check_target_args(target: str, home, revision: str | None) -> None:
 
 
 def cmd_methods(markdown: bool = False) -> int:
-    from .methods import METHODS, markdown_table, method_ids
+    from .methods import METHODS, markdown_table, method_ids  # lazy: pulls torch in (--help stays fast)
 
     if markdown:
         print(markdown_table())
@@ -184,13 +189,11 @@ def cmd_methods(markdown: bool = False) -> int:
 
 
 def cmd_prepare(a) -> int:
-    from .prepare.pipeline import prepare
+    from .prepare.pipeline import prepare  # lazy: pulls torch in (--help stays fast)
 
     _resolve(a, PREPARE_OPTIONS)
     _quiet(a)
     if a.train_data:  # hostile input is refused before any model is built or loaded
-        from .prepare.traindata import load_train_text
-
         load_train_text(a.train_data, "english")
     out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
                   threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter, train_data=a.train_data,
@@ -200,8 +203,6 @@ def cmd_prepare(a) -> int:
 
 
 def cmd_export(a) -> int:
-    from .prepare.bundle import check_export_out, export_bundle
-
     _resolve(a, EXPORT_OPTIONS)
     check_export_out(Path(a.out))
     check_target_args(a.target, a.home, None)
@@ -215,12 +216,8 @@ def cmd_export(a) -> int:
 def cmd_export_drafter(a) -> int:
     """The verified prepared drafter of `--target` as a transformers checkpoint (AutoModel loads it, and
     `generate(assistant_model=..., speculation_type="dflash")` drafts with it)."""
-    from .prepare.artifacts import target_identity
-    from .prepare.drafter_format import check_drafter_out, export_drafter
-    from .prepare.model_card import measured_tau, model_card
+    from .prepare.drafter_format import check_drafter_out, export_drafter  # lazy: pulls torch in (--help stays fast)
     from .prepare.prepared import load_prepared
-    from .runtime.target import load_target
-
     _resolve(a, EXPORT_DRAFTER_OPTIONS)
     check_drafter_out(Path(a.out))
     check_target_args(a.target, a.home, a.revision)
@@ -241,8 +238,7 @@ def cmd_export_drafter(a) -> int:
 def _drafter_report(prepared, ident: dict) -> dict | None:
     """A benchmark.json of this drafter on this target, for the model card's tokens per target call: searched in
     the report root `bench` writes to (DFLASH_REPORTS, else reports/ beside the package)."""
-    from .prepare.model_card import find_report
-    from .prepare.prepared import DRAFTER_FILE
+    from .prepare.prepared import DRAFTER_FILE  # lazy: pulls torch in (--help stays fast)
 
     reports = options.env_value("reports")
     root = Path(reports) if reports else Path(__file__).resolve().parents[1] / "reports"
@@ -251,15 +247,13 @@ def _drafter_report(prepared, ident: dict) -> dict | None:
 
 
 def cmd_import(a) -> int:
-    from .prepare.bundle import import_bundle
-
     _resolve(a, IMPORT_OPTIONS)
     print(json.dumps(import_bundle(a.bundle, a.home)))
     return 0
 
 
 def cmd_run(a) -> int:
-    from .methods import get_method
+    from .methods import get_method  # lazy: pulls torch in (--help stays fast)
 
     _resolve(a, RUN_OPTIONS)
     info = get_method(a.method)
@@ -268,16 +262,11 @@ def cmd_run(a) -> int:
 
     import torch
 
-    from .methods.runner import run_method
+    from .methods.runner import run_method  # lazy: pulls torch in (--help stays fast)
     from .prepare.pipeline import load_prepared, prepare
-    from .runtime.exactness import classify
-    from .runtime.target import load_target
-
     torch.set_num_threads(a.threads)
     where = _optional(revision=a.revision)
     if a.target == "mini":
-        from .prepare.artifacts import mini_target_dir
-
         if not (mini_target_dir(a.home) / "config.json").is_file():
             print("[run] the mini target is not built yet: running `prepare` first", file=sys.stderr)
             prepare("mini", home=a.home, threads=a.threads)  # restores this thread count itself
@@ -302,8 +291,6 @@ def cmd_run(a) -> int:
            "stats": stats.to_dict()}
     doc["stats"].pop("margins", None)
     if not a.no_check:
-        from .runtime.decode import greedy
-
         ref, gst = greedy(rt, prompt_ids, a.tokens, stop_at_eos=a.eos, record_margins=True)
         v = classify(ids, ref, gst.margins, rt.dtype)
         doc["exactness"] = {"verdict": v.kind, "position": v.position, "gap": v.gap}
@@ -340,10 +327,7 @@ def cmd_bench(a) -> int:
     options table, so only what was given on this command line is forwarded as an option (forwarding this
     parser's defaults would override the environment).
     """
-    import subprocess
-    import time
-
-    from .prepare.pipeline import prepare
+    from .prepare.pipeline import prepare  # lazy: pulls torch in (--help stays fast)
 
     options.check_environment()  # every DFLASH_* knob the child pytest will read, before prepare
     options.check_pytest_args(list(a.pytest_args))
@@ -355,7 +339,7 @@ def cmd_bench(a) -> int:
     check_device_args(a.device, a.dtype, a.kernels)
     check_target_args(a.target, a.home, a.revision)
     if a.calibration_from:
-        from .bench.reuse import load_reused
+        from .bench.reuse import load_reused  # lazy: pulls torch in (--help stays fast)
 
         load_reused(a.calibration_from)  # unknown methods or bad options: exit 2 before prepare
     _quiet(a)
@@ -395,9 +379,6 @@ def cmd_bench(a) -> int:
 def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
     """Widths above the prepared drafter's block size B, refused once, before the child pytest starts (it
     refused them in each of its cases)."""
-    from .prepare.artifacts import MANIFEST
-    from .safeio import read_json
-
     given = options.env_value("widths")
     flag = options.option("widths").pytest
     for i, arg in enumerate(pytest_args):
@@ -409,10 +390,8 @@ def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
         return
     doc = read_json(artifacts / MANIFEST, "manifest", BadInputError, "run `python -m dflash_core prepare --refresh`")
     block = ((doc.get("drafter") or {}).get("config") or {}).get("block_size") if isinstance(doc, dict) else None
-    widths = [int(w) for w in str(given).split(",")]
-    if isinstance(block, int) and max(widths) > block:
-        raise BadInputError(f"DFLASH_WIDTHS / --bench-widths {given}: the widths {[w for w in widths if w > block]} "
-                            f"exceed the drafter's block size B={block}: give widths in 1..{block}")
+    if isinstance(block, int):
+        check_widths_fit([int(w) for w in str(given).split(",")], block, f"DFLASH_WIDTHS / --bench-widths {given}")
 
 
 def _export_mini_seed(a) -> None:
@@ -425,8 +404,6 @@ def _dispatch(a) -> int:
     if a.cmd == "methods":
         return cmd_methods(a.markdown)
     if a.cmd == "check":
-        from .runtime.devicecheck import device_check
-
         print(json.dumps(device_check(a.device), indent=2))
         return 0
     commands = {"prepare": cmd_prepare, "bench": cmd_bench, "export": cmd_export, "import": cmd_import,

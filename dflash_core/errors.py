@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import sys
+
 
 class DFlashError(ValueError):
     """Base class: a user-facing error with an actionable message."""
@@ -31,12 +34,14 @@ class BundleError(ArtifactError):
     """A prepared bundle (export/import) is corrupt, truncated, unsafe or does not match its manifests."""
 
 
+class ReportInputError(DFlashError):
+    """A saved benchmark file cannot be turned into a report."""
+
+
 # --- the one error boundary of every command ------------------------------------------------------------
 
 def os_error_message(exc: OSError, writing: str | None = None) -> str:
     """One line for an OSError: disk full is named as such (it is not a corrupt input), with the fix."""
-    import errno
-
     where = writing or (str(exc.filename) if exc.filename else None)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return (f"no space left on device while writing {where or 'a file'}: free space or choose another "
@@ -67,8 +72,6 @@ def expected_failure(exc: BaseException) -> str | None:
 
 def guarded(fn, *args, **kwargs) -> int:
     """Run a command; an expected failure becomes exactly one `error:` line on stderr and exit 2."""
-    import sys
-
     try:
         return fn(*args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - filtered by expected_failure, anything else is re-raised

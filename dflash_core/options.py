@@ -8,12 +8,14 @@ environment variable, else the default. Importing this module is cheap (no torch
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import BadInputError
+from .savedruns import read_source, resolve_source
 
 DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
 KERNEL_CHOICES = ("auto", "eager", "onednn")
@@ -45,11 +47,9 @@ def _fraction(text: str) -> float:
 
 
 def _saved_run(text: str) -> str:
-    """A saved run or benchmark.json whose widths and calibrated options a run reuses (`bench.reuse`): a path, or a
+    """A saved run or benchmark.json whose widths and calibrated options a run reuses (`savedruns`): a path, or a
     run id / glob under .benchmarks. Read and checked here (bounded size, shapes, types), so a bad file fails before
     anything is built; returns the file's absolute path."""
-    from .bench.reuse import read_source, resolve_source
-
     path = resolve_source(str(text).strip())
     read_source(path)
     return str(path.resolve())
@@ -114,8 +114,6 @@ class Option:
 
     def argparse_type(self) -> Callable[[str], Any]:
         """A converter for argparse: a bad value becomes argparse's usage error (exit 2) naming the flag."""
-        import argparse
-
         def convert(text: str) -> Any:
             try:
                 return self.parse(text, self.cli or self.pytest or self.name)

@@ -7,6 +7,12 @@ echoes tokens, and a broken conv-state rollback goes unnoticed (docs/design.md Â
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+
+from .prepare import minitarget as mt
+from .prepare.pipeline import PrepareConfig, prepare
+from .prepare.train import TrainConfig
+from .runtime.target import load_target
 
 # Layer patterns the exactness tests sweep: conv-first, attention-first, mixed, conv-heavy.
 PATTERNS: dict[str, tuple[str, ...]] = {
@@ -88,9 +94,6 @@ def build_real_350m(dtype: str = "float32", seed: int = 0):
 
 def tiny_prepare_config():
     """A prepare configuration that runs every step and fitter in seconds (for tests only)."""
-    from .prepare.pipeline import PrepareConfig
-    from .prepare.train import TrainConfig
-
     return PrepareConfig(traj_tokens=24, random_seeds=12, n_taps=2, block_size=4, drafter_heads=4,
                          train=TrainConfig(steps=20, batch_sequences=4, anchors_per_sequence=4),
                          aux_steps=10, aux_max_examples=64)
@@ -99,12 +102,6 @@ def tiny_prepare_config():
 def build_tiny_lab(root, *, progress: bool = False) -> dict:
     """A tiny hybrid LFM2 with a real byte-level tokenizer saved to `root/ckpt`, prepared (every fitter, in
     miniature) into `root/home`: a whole lab target in seconds (benchmark plugin tests, GPU smoke checks)."""
-    from pathlib import Path
-
-    from .prepare import minitarget as mt
-    from .prepare.pipeline import prepare
-    from .runtime.target import load_target
-
     root = Path(root)
     ckpt, home = root / "ckpt", root / "home"
     tcfg = mt.MiniTargetConfig(vocab_size=320, corpus_files=3, threads=1)

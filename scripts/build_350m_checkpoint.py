@@ -1,4 +1,4 @@
-"""Save a random-init checkpoint of the exact LFM2.5-350M-Base architecture with a real tokenizer (issue 29 item 5a).
+"""Save a random-init checkpoint of the exact LFM2.5-350M-Base architecture with a real tokenizer.
 
 `dflash_core.testing.build_real_350m` (hidden 1024, 16 layers, vocab 65,536; random weights, seed 0) saved with
 the tokenizer of another checkpoint whose ids fit the vocabulary (e.g. the SmolLM2 directory written by

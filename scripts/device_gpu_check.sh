@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared GPU check for a lent device machine (issue 7): device check, GPU exactness, smoke GPU
+# The one prepared GPU check for a lent device machine: device check, GPU exactness, smoke GPU
 # benchmark; everything it prints and writes lands in $OUT. The machine has its own CUDA torch but an older
 # transformers, so the pinned transformers wheel travels in .whl/ (see README "GPU"):
 #   echo /.whl/ >> .git/info/exclude

@@ -1,4 +1,4 @@
-"""Issue 16 item 2: train drafter variants (block 8, 2 layers at block 8, block 16) on one set of teacher data
+"""Train drafter variants (block 8, 2 layers at block 8, block 16) on one set of teacher data
 and compare held-out accuracy per second of drafting. Writes a JSON and prints a markdown table.
 
     python scripts/drafter_variants.py --out docs/drafter-variants.json [--steps N] [--threads 1]
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace, base: PrepareConfig | None = None) -> dict:
     ctx = V.context_taps(rt, seq[:-1], taps)
     times = V.time_drafting(rt, drafters, ctx, seq[-1], args.rounds)
     rows = [V.variant_row(v, metrics[v.name], times[v.name]) for v in variants]
-    return {"what": "drafter variants on one teacher set and one held-out split (issue 16 item 2)",
+    return {"what": "drafter variants on one teacher set and one held-out split",
             "target": rt.name, "settings": {"steps": [c.train.steps for c in cfgs], "rounds": args.rounds,
                                             "threads": args.threads, "context_rows": len(seq) - 1,
                                             "base_config": base.to_dict()},
@@ -108,9 +108,9 @@ def run(args: argparse.Namespace, base: PrepareConfig | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from dflash_core.prepare.artifacts import write_json_atomic
     from dflash_core.progress import ensure_console_logging
     from dflash_core.runtime.device import torch_threads
+    from dflash_core.store.artifacts import write_json_atomic
 
     args = parse_args(argv)
     if args.threads < 1:

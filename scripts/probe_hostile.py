@@ -1,4 +1,4 @@
-"""Probe the CLI with hostile input (issue 30) and classify each outcome.
+"""Probe the CLI with hostile input and classify each outcome.
 
     python scripts/probe_hostile.py [--work DIR] [--lab DIR] [--only SUBSTRING] [--timeout 120]
 
@@ -178,7 +178,7 @@ def report(*args: str) -> list[str]:
 def prepare_material(work: Path, lab: Path | None) -> dict:
     """Build (or reuse) the tiny lab, a mini-like home, both kinds of bundle, an exported drafter, saved runs."""
     sys.path.insert(0, str(REPO))
-    from dflash_core.prepare.artifacts import write_target_manifest
+    from dflash_core.store.artifacts import write_target_manifest
     from dflash_core.testing import build_tiny_lab
 
     lab = lab or work / "lab"
@@ -460,7 +460,7 @@ def export_links_check(d, spec, o):
 
 def mini_with_auto_map(d, s):
     sys.path.insert(0, str(REPO))
-    from dflash_core.prepare.artifacts import write_target_manifest
+    from dflash_core.store.artifacts import write_target_manifest
 
     home = d / "P" / "home"
     shutil.copytree(s["mini_home"], home)

@@ -1,4 +1,4 @@
-"""Profile one drafter training step at a real target's shape (issue 29): where the time of a step goes.
+"""Profile one drafter training step at a real target's shape: where the time of a step goes.
 
 A random frozen embedding/head of the target's vocabulary and hidden size, random taps for 16 sequences of 80
 rows (the default batch: 16 sequences x 8 anchors x block 16 = 2,048 head rows), the prepare drafter on top.
@@ -8,7 +8,7 @@ with `--ops`, torch.profiler's top ops of one more step.
 
     python scripts/profile_train_step.py --shape 350m --threads 1 [--steps 2] [--variants reference,fp32,bf16]
 
-Variants: `reference` is the loss before issue 29 (the head applied to every block row's 4-D view, full
+Variants: `reference` is the earlier loss (the head applied to every block row's 4-D view, full
 logits and their gradient materialised); `fp32` and `bf16` are `train.block_loss` (chunked exact
 cross-entropy) with float32 / bfloat16 head matmuls; `+rows` adds `train.sample_rows` (the rows reaching the
 head importance-sampled by their loss weight); in `bf16` variants the drafter's own matmuls run under bf16

@@ -1,4 +1,4 @@
-"""Drafter training recipes compared on one teacher set (issue 29): held-out accuracy and real-decode tau.
+"""Drafter training recipes compared on one teacher set: held-out accuracy and real-decode tau.
 
 The teacher data (taps and the target's top-k logits captured while generating, exactly as `prepare` builds
 them) are generated once; each recipe (a set of TrainConfig overrides) trains a drafter on them with the same
@@ -28,7 +28,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# name -> TrainConfig overrides. 'old' is the recipe before issue 29 (all anchors, labels only, float32 head).
+# name -> TrainConfig overrides. 'old' is the earlier recipe (all anchors, labels only, float32 head).
 RECIPES: dict[str, dict] = {
     "old": {"anchors": "all", "distill_top_k": 0, "row_sampling": "off", "matmul_dtype": "float32"},
     "cont": {"anchors": "continuation", "distill_top_k": 0, "row_sampling": "off", "matmul_dtype": "float32"},
@@ -60,7 +60,6 @@ def tau_per_width(rt, drafter, prompts: list[list[int]], tokens: int, widths: li
 def main(argv=None) -> dict:
     import torch
 
-    from dflash_core.prepare.data import load_prompts
     from dflash_core.prepare.drafter_format import mask_token_for
     from dflash_core.prepare.pipeline import PrepareConfig, drop_leaking_trajectories, family_for, train_seed_ids
     from dflash_core.prepare.teacher import teacher_data
@@ -68,6 +67,7 @@ def main(argv=None) -> dict:
     from dflash_core.progress import ensure_console_logging
     from dflash_core.runtime.drafter import DrafterConfig, default_taps
     from dflash_core.runtime.target import load_target
+    from dflash_core.store.data import load_prompts
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="mini")

@@ -1,4 +1,4 @@
-"""Drafter variants on one set of teacher data (issue 16 item 2): layers and block size, compared fairly.
+"""Drafter variants on one set of teacher data: layers and block size, compared fairly.
 
 Teacher trajectories are generated once (exactly as `prepare` does), then every variant trains on the same
 trajectories with the same held-out split (`train.split_trajectories` on the same count) and is scored by
@@ -38,11 +38,11 @@ class Variant:
     block_size: int
 
 
-# The three drafters issue 16 item 2 compares, fixed (not derived from PrepareConfig, whose default block was
+# The three drafters docs/drafter-variants.md compares, fixed (not derived from PrepareConfig, whose default block was
 # 8 when the comparison ran and is 16 since the real decode chose it): one layer at block 8 (the baseline of
 # the comparison), a second layer at block 8, and block 16.
 def default_variants() -> list[Variant]:
-    """The three variants of issue 16 item 2 (the comparison's baseline first); the rest of each config (heads,
+    """The three variants of docs/drafter-variants.md (the comparison's baseline first); the rest of each config (heads,
     taps, steps) comes from the base config in `variant_config`."""
     return [Variant("block8", 1, 8), Variant("layers2", 2, 8), Variant("block16", 1, 16)]
 
@@ -159,7 +159,7 @@ def train_variant(rt, trajs: list[list[int]], cfg: PrepareConfig, progress: bool
 
 def context_taps(rt, seq: Sequence[int], taps: Sequence[int]):
     """Target taps of every row of `seq`: the drafting context every variant is timed at."""
-    from dflash_core.prepare.train import trajectory_taps
+    from dflash_core.runtime.target import trajectory_taps
 
     return trajectory_taps(rt, seq, taps)
 

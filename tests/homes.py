@@ -8,7 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
-from dflash_core.prepare.artifacts import artifact_dir, target_identity, write_target_manifest
+from dflash_core.store.artifacts import artifact_dir, target_identity, write_target_manifest
 
 
 def make_mini_like_home(tiny_prepared, root: Path) -> Path:

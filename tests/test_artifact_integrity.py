@@ -18,8 +18,11 @@ import pytest
 
 from dflash_core.errors import ArtifactError, DFlashError, TargetNotFoundError
 from dflash_core.prepare import minitarget as mt
-from dflash_core.prepare.artifacts import (
+from dflash_core.prepare.pipeline import DRAFTER_FILE, family_for, load_prepared, prepare
+from dflash_core.runtime.target import load_target
+from dflash_core.store.artifacts import (
     MANIFEST,
+    META_FILE,
     TARGET_MANIFEST,
     artifact_dir,
     file_entry,
@@ -27,8 +30,6 @@ from dflash_core.prepare.artifacts import (
     target_identity,
     write_atomic,
 )
-from dflash_core.prepare.pipeline import DRAFTER_FILE, family_for, load_prepared, prepare
-from dflash_core.runtime.target import load_target
 from dflash_core.testing import TinySpec, build_tiny, tiny_prepare_config
 
 # Train seeds from the (3-file) corpus too, so the mini-only path of prepare runs, in miniature.
@@ -43,7 +44,7 @@ def _mini_like_checkpoint(ckpt: Path) -> Path:
     tok = mt.train_tokenizer(mt.corpus_texts(TINY_MINI), TINY_MINI)
     build_tiny(TinySpec(dtype="float32", pattern="CCACAC", vocab_size=len(tok))).save_pretrained(ckpt)
     tok.save_pretrained(ckpt)
-    (ckpt / mt.META_FILE).write_text(json.dumps({"prompt_family": "code", "config": {"corpus_files": 3}}))
+    (ckpt / META_FILE).write_text(json.dumps({"prompt_family": "code", "config": {"corpus_files": 3}}))
     return ckpt
 
 
@@ -208,7 +209,7 @@ def _truncate(p: Path) -> None:
 
 def test_built_mini_target_has_a_manifest_of_its_files(mini_home):
     doc = json.loads((mini_home / "targets" / "mini" / TARGET_MANIFEST).read_text())
-    assert {"model.safetensors", "config.json", "tokenizer.json", mt.META_FILE} <= set(doc["files"])
+    assert {"model.safetensors", "config.json", "tokenizer.json", META_FILE} <= set(doc["files"])
     rt = load_target("mini", "cpu", "float32", home=mini_home)
     assert rt.info["family"] == "code"
 
@@ -307,7 +308,7 @@ def test_a_corrupt_safetensors_artifact_is_an_artifact_error(lab, tmp_path, dama
 
     from safetensors.torch import save
 
-    from dflash_core.prepare.artifacts import TREE_KEY, load_tensor_file
+    from dflash_core.store.artifacts import TREE_KEY, load_tensor_file
 
     home, out = _home_copy(lab, tmp_path)
     good = (out / DRAFTER_FILE).read_bytes()

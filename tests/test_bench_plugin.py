@@ -389,9 +389,9 @@ def test_kernel_paths_resolve_by_measured_rule():
 
 
 def test_auto_widths_and_round_robin_rounds_reach_the_report(pytester, tiny_lab, monkeypatch):
-    """`--bench-widths auto` (the default) opens the session at collection, measures the cases at the widths
-    `auto_widths` chose and records the choice; `test_rounds` gives every case its other base rounds in passes,
-    so each measured case ends with `--bench-rounds` rounds."""
+    """`--bench-widths auto` (the default) opens the session at session start (collection only reads its widths),
+    measures the cases at the widths `auto_widths` chose and records the choice; `test_rounds` gives every case its
+    other base rounds in passes, so each measured case ends with `--bench-rounds` rounds."""
     _copy_lab(pytester.path)
     reports = pytester.path / "reports"
     _env(monkeypatch, tiny_lab, reports)

@@ -17,7 +17,7 @@ def session(tiny_prepared):
     import torch
 
     from dflash_core.bench.config import BenchConfig
-    from dflash_core.bench.session import BenchSession
+    from dflash_core.bench.state import BenchSession
     from dflash_core.runtime.decode import greedy
 
     refs, margins = [], []
@@ -152,7 +152,7 @@ def test_cases_save_their_loop_timings_for_the_cost_model(session):
 
 
 def test_token_text_covers_every_traced_id():
-    from dflash_core.bench.session import BenchSession
+    from dflash_core.bench.state import BenchSession
 
     rt = SimpleNamespace(tokenizer=object(), decode=lambda ids: f"<{ids[0]}>")
     sess = BenchSession(None, rt, None, "code", [], [], [], [])
@@ -177,7 +177,6 @@ def test_measure_reference_pairs_the_oracle_with_normal(session):
 def test_open_session_restores_the_thread_count(monkeypatch):
     import torch
 
-    import dflash_core.prepare.pipeline as prepare_mod
     from dflash_core.bench.config import BenchConfig
     from dflash_core.bench.session import open_session
 
@@ -190,7 +189,7 @@ def test_open_session_restores_the_thread_count(monkeypatch):
         seen.append(torch.get_num_threads())
         raise Stop
 
-    monkeypatch.setattr(prepare_mod, "prepare", fake_prepare)
+    monkeypatch.setattr("dflash_core.bench.session.prepare", fake_prepare)
     before = torch.get_num_threads()
     want = 1 if before != 1 else 2
     try:
@@ -210,7 +209,7 @@ def test_each_width_gets_its_own_calibration_and_its_cases_use_it(session, tiny_
     from dflash_core.bench.costmodel import OBJECTIVE, choose
     from dflash_core.methods import get_method
     from dflash_core.methods.runner import run_method
-    from dflash_core.prepare.data import load_prompts
+    from dflash_core.store.data import load_prompts
 
     texts = list(load_prompts("code").calibration[:2])
     monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]][: len(t)])
@@ -245,6 +244,7 @@ def test_tune_chooses_widths_by_the_cost_model(session, monkeypatch):
 
     monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: [[5, 6, 7], [11, 12, 13, 14]])
     monkeypatch.setattr(methods, "speculative_ids", lambda: ["dflash"])
+    monkeypatch.setattr("dflash_core.bench.session.speculative_ids", lambda: ["dflash"])
     session.cfg = dataclasses.replace(session.cfg, calibration_tokens=TOKENS)
     # an injected target cost table (the session's own would be timed by calibrate_all)
     session.calibration_costs = ComponentCosts(t_decode=1.0, t_verify=tuple(1.0 + 10.0 * w for w in range(
@@ -284,7 +284,7 @@ def test_auto_widths_follow_the_measured_verify_cost_curve(session, monkeypatch,
     assert next(r for r in rec["table"] if r["width"] == best)["model_speedup"] >= top * 0.99
     session.cfg = dataclasses.replace(session.cfg, calibration_widths=())
     session.bench_widths = widths
-    assert bench.calibration_widths(session) == widths  # the chosen widths are the ones calibrated
+    assert session.calibration_widths() == widths  # the chosen widths are the ones calibrated
 
 
 @pytest.mark.parametrize("table_covers", [True, False])
@@ -295,7 +295,6 @@ def test_a_real_target_sizes_its_matrix_from_what_calibration_measured(session, 
     speculative legs at t_decode and the plan differs."""
     import dataclasses
 
-    from dflash_core.bench import calibration as cal
     from dflash_core.bench.budget import MatrixCosts, plan_matrix
     from dflash_core.bench.costmodel import ComponentCosts
     from dflash_core.bench.peers import REFERENCES, VERIFY_CURVE_CALLS
@@ -310,7 +309,7 @@ def test_a_real_target_sizes_its_matrix_from_what_calibration_measured(session, 
         session.width_choice = {"table": [{"width": 2, "model_speedup": 0.5, "tokens_per_target_call": 1.0}]}
     else:
         session.width_choice = None
-        monkeypatch.setattr(cal, "dflash_table", lambda sess, ws, ctx: timed.extend(ws) or [
+        monkeypatch.setattr("dflash_core.bench.session.dflash_table", lambda sess, ws, ctx: timed.extend(ws) or [
             {"setting": {"width": w}, "model_speedup": 0.5} for w in ws])
     plan = size_matrix(session, {}, 300.0, [5, 7])
     assert timed == ([] if table_covers else [2])

@@ -40,7 +40,7 @@ def recorders(monkeypatch):
         return 0
 
     monkeypatch.setattr(dflash_core.prepare.pipeline, "prepare", fake_prepare)
-    monkeypatch.setattr(dflash_core.runtime.target, "load_target", fake_load_target)
+    monkeypatch.setattr("dflash_core.__main__.load_target", fake_load_target)
     monkeypatch.setattr(subprocess, "call", fake_call)
     return calls
 

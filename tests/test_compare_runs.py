@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from dflash_core.errors import ReportInputError
 from dflash_core.report.__main__ import main as report_main
-from dflash_core.report.build import ReportInputError, build_report
+from dflash_core.report.build import build_report
 from dflash_core.report.gate import GateConfig, judge
 
 from .report_data import bench_row as _bench

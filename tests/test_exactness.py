@@ -135,13 +135,13 @@ def test_eos_stop_is_respected():
 
 
 def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
-    """The prepacked oneDNN path (issue 8's fast path) under the same contract: speculative == greedy on that
+    """The prepacked oneDNN path (fast path) under the same contract: speculative == greedy on that
     path, and its greedy agrees with eager greedy up to certified ties; the target identity is unchanged."""
     import torch
 
-    from dflash_core.prepare.artifacts import target_identity
     from dflash_core.runtime.kernels import apply_kernels
     from dflash_core.runtime.target import load_target
+    from dflash_core.store.artifacts import target_identity
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch build has no oneDNN")

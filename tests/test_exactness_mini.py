@@ -26,7 +26,7 @@ MAX_BUDGET = 40
 
 @lru_cache(maxsize=1)
 def _texts() -> tuple[str, ...]:
-    from dflash_core.prepare.data import load_prompts
+    from dflash_core.store.data import load_prompts
 
     ps = load_prompts("code")
     return tuple(ps.train) + tuple(ps.calibration) + tuple(ps.benchmark)

@@ -25,7 +25,7 @@ from dflash_core.methods.support.fitting import (
     spread_indices,
     start_head_fit,
 )
-from dflash_core.prepare.train import trajectory_taps
+from dflash_core.runtime.target import trajectory_taps
 
 from .conftest import TINY_PREP
 

@@ -14,9 +14,8 @@ from dataclasses import replace
 import pytest
 
 from dflash_core.errors import BadInputError
-from dflash_core.prepare import heldout
-from dflash_core.prepare.data import load_all_families, load_prompts
-from dflash_core.prepare.heldout import N_UNITS, check_clean, filter_clean, held_out, leaks, units
+from dflash_core.store.data import check_sequences, load_all_families, load_prompts, shipped_held_out
+from dflash_core.store.heldout import N_UNITS, check_clean, filter_clean, held_out, leaks, units
 
 BENCH = load_prompts("code").benchmark  # code prompts: the mini target's family
 
@@ -65,7 +64,7 @@ def test_check_clean_names_consumer_ngram_prompt_and_fix():
 # --- the shipped prompt sets -----------------------------------------------------------------------------
 
 def test_prompt_sets_refuse_a_near_duplicate_across_splits(monkeypatch):
-    from dflash_core.prepare import data
+    from dflash_core.store import data
 
     fams = data._families()
     code = dict(fams["code"])
@@ -85,7 +84,7 @@ def test_shipped_prompts_are_held_out_from_the_mini_corpus_and_the_train_seeds()
     (the 400 transformers source files, read only: ~2 s) nor with any family's train seeds."""
     from dflash_core.prepare.minitarget import MiniTargetConfig, check_corpus, corpus_texts
 
-    held = heldout.shipped_held_out()
+    held = shipped_held_out()
     assert len(held.grams) >= 20
     check_corpus(corpus_texts(MiniTargetConfig()))
     for ps in load_all_families():
@@ -149,8 +148,8 @@ class _ByteRuntime:
 
 
 def test_train_seeds_refuse_a_planted_benchmark_prompt(monkeypatch):
-    from dflash_core.prepare import data
     from dflash_core.prepare.pipeline import PrepareConfig, train_seed_ids
+    from dflash_core.store import data
 
     ps = load_prompts("code")
     only_family = PrepareConfig(corpus_seeds=0)  # the family's own seeds, no training text cut
@@ -263,14 +262,14 @@ def test_tokenizer_less_targets_are_skipped_with_a_reason(tiny_prepared):
     """Tiny targets have no tokenizer: their seeds are random ids, no text; prepare records why it skipped."""
     rec = tiny_prepared.prepared.manifest["held_out"]
     assert rec["trajectories_checked"] is False and "no tokenizer" in rec["why_unchecked"]
-    assert heldout.check_sequences(tiny_prepared.rt, [[5, 6, 7]], "x") is False
+    assert check_sequences(tiny_prepared.rt, [[5, 6, 7]], "x") is False
 
 
 # --- planted leaks: calibration ---------------------------------------------------------------------------
 
 def test_calibration_refuses_a_benchmark_variant_as_text_or_ids(tok_lab):
     from dflash_core.bench.calibrate import _refuse_benchmark_prompts
-    from dflash_core.prepare.data import refuse_benchmark
+    from dflash_core.store.data import refuse_benchmark
 
     _, rt = tok_lab
     cal = list(load_prompts("code").calibration)
@@ -286,4 +285,4 @@ def test_calibration_refuses_a_benchmark_variant_as_text_or_ids(tok_lab):
 def test_the_guard_holds_out_every_family():
     """A wrong prompt family must not open a hole: the english benchmark is held out from code seeds too."""
     english = load_prompts("english").benchmark[1]
-    assert leaks("x = 1  # " + english.lower(), heldout.shipped_held_out())
+    assert leaks("x = 1  # " + english.lower(), shipped_held_out())

@@ -1,4 +1,4 @@
-"""Hostile bundles (issue 30, groups 1-4 and the import/export tracebacks): bundle.json is untrusted until checked,
+"""Hostile bundles (groups 1-4 and the import/export tracebacks): bundle.json is untrusted until checked,
 import is crash-safe, export packs only manifest-listed regular files, and nothing outside the home ever changes.
 
 The security tests snapshot the folder around the home before and after: a bundle that once deleted the user's
@@ -22,8 +22,8 @@ import pytest
 from dflash_core import __main__ as cli
 from dflash_core.errors import BundleError
 from dflash_core.prepare import bundle as bundle_mod
-from dflash_core.prepare.artifacts import home_lock
 from dflash_core.prepare.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
+from dflash_core.store.artifacts import home_lock
 
 from .homes import make_mini_like_home, tree
 
@@ -442,6 +442,7 @@ def test_export_to_an_existing_folder_fails_before_packing(mini_like_home, tmp_p
     import dflash_core.runtime.target as target
 
     monkeypatch.setattr(target, "load_target", lambda *a, **k: pytest.fail("loaded before checking --out"))
+    monkeypatch.setattr(bundle_mod, "load_target", lambda *a, **k: pytest.fail("loaded before checking --out"))
     (tmp_path / "out").mkdir()
     assert cli.main(["export", "--out", str(tmp_path / "out"), "--home", str(mini_like_home)]) == 2
     assert "not a regular file" in _one_error(capsys)

@@ -1,4 +1,4 @@
-"""Fuzzing the untrusted inputs (issue 30): bundle.json (with the members that follow it) for `import`, and saved
+"""Fuzzing the untrusted inputs: bundle.json (with the members that follow it) for `import`, and saved
 runs / benchmark.json for `report` and `gate`. Whatever Hypothesis generates, the command ends in success or in
 exactly one `error:` line with exit 2 (the report and the gate may also say 1: exactness failed / regression
 found), never a traceback, and nothing outside the home or the report folder changes.
@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dflash_core import __main__ as cli
-from dflash_core.prepare.artifacts import FORMAT_VERSION, target_key
 from dflash_core.report.__main__ import main as report_main
+from dflash_core.store.artifacts import FORMAT_VERSION, target_key
 
 from .homes import tree
 from .report_data import bench_row, saved_run
@@ -314,7 +314,7 @@ def test_fuzz_report_and_gate_inputs(canonical, data, which):
 
 def test_a_gate_with_no_regression_needs_a_judgeable_document(canonical):
     """Fail closed, the property the fuzzing leans on: a NEW without numbers is never 'no regression'."""
-    from dflash_core.report.build import ReportInputError
+    from dflash_core.errors import ReportInputError
     from dflash_core.report.gate import gate
 
     new = copy.deepcopy(canonical)

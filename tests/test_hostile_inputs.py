@@ -1,4 +1,4 @@
-"""Hostile run inputs (issue 30, groups 7-11): validate before work, bounded resources, finite drafter weights,
+"""Hostile run inputs (groups 7-11): validate before work, bounded resources, finite drafter weights,
 weight files that are regular files, auto_map refused, files written with the umask's mode, and every command's
 failures ending in one `error:` line with exit 2.
 
@@ -72,7 +72,7 @@ def recorders(monkeypatch, tmp_path):
         return calls.get("child_rc", 0)
 
     monkeypatch.setattr(dflash_core.prepare.pipeline, "prepare", fake_prepare)
-    monkeypatch.setattr(dflash_core.runtime.target, "load_target", fake_load_target)
+    monkeypatch.setattr("dflash_core.__main__.load_target", fake_load_target)
     monkeypatch.setattr(subprocess, "call", fake_call)
     return calls
 
@@ -247,7 +247,6 @@ def test_non_finite_drafter_weights_are_refused_before_prepare_works(drafter_dir
                                                                      value):
     from safetensors.torch import load_file, save_file
 
-    from dflash_core.prepare import teacher
     from dflash_core.prepare.pipeline import prepare
     from dflash_core.testing import tiny_prepare_config
 
@@ -258,7 +257,8 @@ def test_non_finite_drafter_weights_are_refused_before_prepare_works(drafter_dir
     sd[key] = sd[key].clone()
     sd[key].view(-1)[0] = value
     save_file(sd, str(d / "model.safetensors"), metadata={"format": "pt"})
-    monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: pytest.fail("work began on a NaN drafter"))
+    monkeypatch.setattr("dflash_core.prepare.pipeline.teacher_data",
+                        lambda *a, **k: pytest.fail("work began on a NaN drafter"))
     with pytest.raises(BadInputError, match="NaN or infinite"):
         prepare(str(tiny_ckpt), home=tmp_path / "home", cfg=tiny_prepare_config(), progress=False, drafter=str(d))
     assert not list((tmp_path / "home").rglob("*.json"))
@@ -298,7 +298,7 @@ def test_a_target_file_that_never_ends_is_refused(tiny_ckpt, tmp_path, name):
 
 def test_auto_map_in_the_mini_target_is_refused_not_rebuilt(tiny_ckpt, tmp_path, monkeypatch, capsys):
     import dflash_core.prepare.pipeline as pipeline
-    from dflash_core.prepare.artifacts import write_target_manifest
+    from dflash_core.store.artifacts import write_target_manifest
 
     home = tmp_path / "home"
     mini = home / "targets" / "mini"
@@ -352,12 +352,11 @@ def test_a_home_that_is_a_file_is_one_error(clean_env, recorders, monkeypatch, t
 @pytest.mark.parametrize("code,words", [(errno.EACCES, "permission denied"), (errno.ENOSPC, "no space left"),
                                         (errno.EIO, "Input/output error")])
 def test_os_errors_anywhere_in_a_command_are_one_error_line(clean_env, monkeypatch, capsys, code, words):
-    import dflash_core.runtime.target as target
 
     def refuse(*a, **k):
         raise OSError(code, os.strerror(code), "/somewhere/artifacts/manifest.json")
 
-    monkeypatch.setattr(target, "load_target", refuse)
+    monkeypatch.setattr("dflash_core.__main__.load_target", refuse)
     (clean_env / "config.json").write_text("{}")  # a local target directory: run reaches load_target
     assert cli.main([*RUN, "--target", str(clean_env)]) == 2
     line = _one_error(capsys)
@@ -365,7 +364,7 @@ def test_os_errors_anywhere_in_a_command_are_one_error_line(clean_env, monkeypat
 
 
 def test_a_deeply_nested_manifest_is_an_artifact_error(tmp_path):
-    from dflash_core.prepare.artifacts import read_manifest
+    from dflash_core.store.artifacts import read_manifest
 
     (tmp_path / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ArtifactError, match="nests deeper"):

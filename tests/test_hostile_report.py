@@ -1,4 +1,4 @@
-"""Hostile input to `python -m dflash_core.report` and its gate (issue 30, groups 5 and 6 and the report/gate
+"""Hostile input to `python -m dflash_core.report` and its gate (groups 5 and 6 and the report/gate
 tracebacks): every bad input ends in one `error:` line and exit 2, and the gate fails closed — anything it cannot
 judge is an error, never "no regression"."""
 
@@ -63,7 +63,7 @@ def test_gate_refuses_nan_on_a_regressed_row(tmp_path, capsys, field):
 
 
 def test_gate_nan_in_the_document_is_refused_by_the_api_too(tmp_path):
-    from dflash_core.report.build import ReportInputError
+    from dflash_core.errors import ReportInputError
     from dflash_core.report.gate import gate
 
     base = json.loads(_canonical(tmp_path, "base", BASE).read_text())
@@ -191,12 +191,13 @@ def test_report_out_is_a_file(tmp_path, capsys):
 @pytest.mark.parametrize("code,words", [(errno.EACCES, "permission denied"), (errno.EROFS, "permission denied"),
                                         (errno.ENOSPC, "no space left on device while writing")])
 def test_report_unwritable_or_full_out_is_named(tmp_path, capsys, monkeypatch, code, words):
-    import dflash_core.prepare.artifacts as artifacts
+    import dflash_core.store.artifacts as artifacts
 
     def refuse(path, data):
         raise OSError(code, errno.errorcode[code], str(path))
 
     monkeypatch.setattr(artifacts, "write_atomic", refuse)
+    monkeypatch.setattr("dflash_core.report.__main__.write_atomic", refuse)
     monkeypatch.setattr("dflash_core.report.write.write_atomic", refuse)
     src = _write(tmp_path, "in.json", _saved(BASE))
     assert report_main([str(src), "--out", str(tmp_path / "r")]) == 2

@@ -1,4 +1,4 @@
-"""A Llama-family checkpoint as target (issue 29: a 135M Llama went through prepare): load_target, taps,
+"""A Llama-family checkpoint as target (a 135M Llama went through prepare): load_target, taps,
 exact rollback, prepare and every speculative method stay token-exact against greedy (float64), and the mask
 token passes over a pad that doubles as EOS."""
 

@@ -70,7 +70,7 @@ def test_calibrate_act_on_tiny(tiny_prepared):
 
 def test_calibrate_act_refuses_benchmark_prompts(tiny_prepared):
     from dflash_core.bench.calibrate import calibrate_method
-    from dflash_core.prepare.data import load_prompts
+    from dflash_core.store.data import load_prompts
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     bench = load_prompts("english").benchmark[0]

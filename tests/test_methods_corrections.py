@@ -172,8 +172,7 @@ def _fit_ctx(prompt_text: str) -> FitContext:
 def test_fitters_refuse_benchmark_prompts(name):
     """Through the registered Fitter, as prepare calls it: the one held-out guard runs before the fit."""
     from dflash_core.methods import fitters
-    from dflash_core.prepare.data import load_prompts
-    from dflash_core.prepare.heldout import check_sequences
+    from dflash_core.store.data import check_sequences, load_prompts
 
     fitter = {f.name: f for f in fitters()}[name]
     with pytest.raises(BadInputError, match="benchmark"):
@@ -184,7 +183,7 @@ def test_fitters_refuse_benchmark_prompts(name):
 
 @pytest.mark.parametrize("method", ["dspark_lite", "boltzmann_v10", "gated_mobs_v11"])
 def test_calibration_refuses_benchmark_prompts(tiny_prepared, method):
-    from dflash_core.prepare.data import load_prompts
+    from dflash_core.store.data import load_prompts
 
     text = load_prompts("code").benchmark[1]
     with pytest.raises(BadInputError, match="benchmark"):

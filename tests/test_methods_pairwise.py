@@ -90,7 +90,7 @@ def test_viterbi_prefers_a_strong_pair_over_the_argmax():
 
 def test_context_vector_matches_the_fit_data(tiny_prepared):
     """At inference the context vector is the fused feature of the last context row, as draft_examples has it."""
-    from dflash_core.prepare.train import trajectory_taps
+    from dflash_core.runtime.target import trajectory_taps
 
     rt, prep = tiny_prepared.rt, tiny_prepared.prepared
     seq = [5, 9, 14, 3, 22, 7, 8]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dflash_core.prepare import pipeline
-from dflash_core.prepare.artifacts import mini_target_dir
+from dflash_core.store.artifacts import mini_target_dir
 
 
 def test_each_seed_has_its_own_folder(monkeypatch, tmp_path):
@@ -23,9 +23,8 @@ def test_the_seed_reaches_the_build(monkeypatch, tmp_path):
     """ensure_target builds the missing mini target of the asked seed into that seed's folder (the build stubbed:
     its config is what matters). Break: the build at the default config -> seed 1234."""
     built = []
-    import dflash_core.prepare.minitarget as mt
 
-    monkeypatch.setattr(mt, "build_mini_target", lambda d, cfg, progress=True: built.append((Path(d), cfg.seed)))
+    monkeypatch.setattr(pipeline, "build_mini_target", lambda d, cfg, progress=True: built.append((Path(d), cfg.seed)))
     monkeypatch.setenv("DFLASH_MINI_SEED", "2")
     pipeline.ensure_target("mini", tmp_path, refresh=False, progress=False)
     monkeypatch.delenv("DFLASH_MINI_SEED")

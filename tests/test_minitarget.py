@@ -12,6 +12,7 @@ import pytest
 
 from dflash_core.errors import DFlashError
 from dflash_core.prepare import minitarget as mt
+from dflash_core.store.artifacts import META_FILE
 
 # A deliberately tiny build: enough to exercise every code path, fast enough for unit tests.
 TINY = mt.MiniTargetConfig(
@@ -102,7 +103,7 @@ def test_short_build_is_deterministic(tmp_path: Path) -> None:
     assert meta_a["final_loss"] == meta_b["final_loss"]
     assert meta_a["corpus"]["sha256"] == meta_b["corpus"]["sha256"]
     assert meta_a["tokenizer_vocab_size"] == TINY.vocab_size
-    assert (tmp_path / "a" / mt.META_FILE).is_file()
+    assert (tmp_path / "a" / META_FILE).is_file()
 
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "a"), local_files_only=True)
     assert type(model).__name__ == "Lfm2ForCausalLM"

@@ -85,7 +85,7 @@ def test_wrong_target_is_refused(prepared_home, tmp_path):
     rt = load_target(str(other), "cpu", "float32")
     # point the other target at the first target's artifact directory
     src = next((home / "artifacts").iterdir())
-    from dflash_core.prepare.artifacts import artifact_dir, target_identity
+    from dflash_core.store.artifacts import artifact_dir, target_identity
 
     src.rename(artifact_dir(target_identity(rt), home))
     with pytest.raises(ArtifactError, match="prepared for another target.*--refresh"):
@@ -117,7 +117,7 @@ def test_dflash_on_prepared_tiny_target_is_exact(tiny_dir, prepared_home):
 def test_artifacts_are_found_from_any_run_dtype(tiny_prepared):
     """The identity is the checkpoint's (hashed at float32), so a bfloat16/float16 run (the GPU default) finds
     the artifacts that `prepare` built in float32, and the drafter comes back on the run's device."""
-    from dflash_core.prepare.artifacts import target_identity
+    from dflash_core.store.artifacts import target_identity
 
     fp32 = load_target(str(tiny_prepared.path), "cpu", "float32")
     bf16 = load_target(str(tiny_prepared.path), "cpu", "bfloat16")

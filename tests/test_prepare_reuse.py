@@ -12,7 +12,7 @@ import time
 import pytest
 
 from dflash_core import __main__ as cli
-from dflash_core.prepare import teacher, train
+from dflash_core.prepare import teacher
 from dflash_core.prepare.pipeline import TRAJ_FILE, prepare
 from dflash_core.prepare.prepared import load_prepared
 from dflash_core.runtime.target import load_target
@@ -44,7 +44,8 @@ def _forbid(monkeypatch, *what):
     from dflash_core.methods.base import Fitter
 
     if "trajectories" in what:
-        monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: pytest.fail("teacher trajectories regenerated"))
+        monkeypatch.setattr("dflash_core.prepare.pipeline.teacher_data",
+                            lambda *a, **k: pytest.fail("teacher trajectories regenerated"))
     if "fits" in what:
         monkeypatch.setattr(Fitter, "__call__", lambda self, ctx: pytest.fail(f"{self.name} was refitted"))
 
@@ -53,7 +54,8 @@ def test_the_homes_own_drafter_reuses_its_artifacts_and_a_repeat_does_nothing(ti
                                                                                monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="dflash_core")
     _forbid(monkeypatch, "trajectories", "fits")
-    monkeypatch.setattr(train, "train_drafter", lambda *a, **k: pytest.fail("an imported drafter was trained"))
+    monkeypatch.setattr("dflash_core.prepare.pipeline.train_drafter",
+                        lambda *a, **k: pytest.fail("an imported drafter was trained"))
     out = _prepare(tiny_prepared, home, exported)
     own = tiny_prepared.prepared.directory.name
     doc = json.loads((out / "manifest.json").read_text())
@@ -108,7 +110,7 @@ def test_trajectories_with_another_teacher_key_are_regenerated(tiny_prepared, ex
     (own / "manifest.json").write_text(json.dumps(m))
     calls = []
     real = teacher.teacher_data
-    monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("dflash_core.prepare.pipeline.teacher_data", lambda *a, **k: calls.append(1) or real(*a, **k))
     out = _prepare(tiny_prepared, home, _other_drafter(exported, tmp_path))
     assert calls == [1] and "reused_from" not in json.loads((out / "manifest.json").read_text())["teacher"]
 
@@ -119,7 +121,7 @@ def test_a_tampered_trajectory_file_is_not_reused(tiny_prepared, exported, home,
     (own / TRAJ_FILE).write_text(raw.replace("[", "[ ", 1))  # same JSON, other bytes: its SHA-256 no longer matches
     calls = []
     real = teacher.teacher_data
-    monkeypatch.setattr(teacher, "teacher_data", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr("dflash_core.prepare.pipeline.teacher_data", lambda *a, **k: calls.append(1) or real(*a, **k))
     _prepare(tiny_prepared, home, _other_drafter(exported, tmp_path))
     assert calls == [1]
 

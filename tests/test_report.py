@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_core.errors import ReportInputError
 from dflash_core.report.__main__ import main as report_main
-from dflash_core.report.build import SCHEMA_VERSION, ReportInputError, build_report, load_saved
+from dflash_core.report.build import SCHEMA_VERSION, build_report, load_saved
 from dflash_core.report.html import render_index, render_report
 
 from .report_data import HOSTILE, hostile_saved
@@ -119,7 +120,7 @@ def test_goals_are_computed_into_benchmark_json_and_rendered_from_it():
     assert "issue 8" not in page
 
 
-# --- pooling (issue 18.5) ------------------------------------------------------------------------------
+# --- pooling ------------------------------------------------------------------------------
 
 def _generate_row(speedup):
     return {"name": "test_reference[generate-cpu]", "fullname": "x", "stats": {},
@@ -152,7 +153,7 @@ def test_runs_of_different_models_are_refused_naming_both_hashes():
         build_report([a, b], ["a.json", "b.json"])
 
 
-# --- the gate (issue 18.3) ------------------------------------------------------------------------------
+# --- the gate ------------------------------------------------------------------------------
 
 def _gate_files(tmp_path, new_bench):
     base = _write(tmp_path, "base.json", _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.5,
@@ -197,7 +198,7 @@ def test_gate_reads_a_canonical_benchmark_json(tmp_path):
     assert report_main(["gate", str(tmp_path / "r" / "cpu" / "benchmark.json"), files[1]]) == 1
 
 
-# --- run ids, as pytest-benchmark compare takes them (issue 18.2) ----------------------------------------
+# --- run ids, as pytest-benchmark compare takes them ----------------------------------------
 
 def test_cli_takes_run_ids_from_the_default_storage_layout(tmp_path, monkeypatch):
     store = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
@@ -220,7 +221,7 @@ def test_ambiguous_run_id_is_refused(tmp_path, monkeypatch, capsys):
     assert "ambiguous" in capsys.readouterr().err
 
 
-# --- hostile and malformed input (issue 19) --------------------------------------------------------------
+# --- hostile and malformed input --------------------------------------------------------------
 
 @pytest.mark.parametrize("device", ["../../elsewhere", "/tmp/abs", "cpu/../../x", "cuda:0/.."])
 def test_device_names_cannot_move_the_report_out_of_its_folder(tmp_path, capsys, device):
@@ -287,7 +288,7 @@ def test_bad_report_input_is_a_clear_error_exit_2(tmp_path, capsys, raw, what):
     assert not (tmp_path / "r").exists()
 
 
-# --- the pages: escaping (issue 19.1) and what they say (issue 18.9) ------------------------------------
+# --- the pages: escaping and what they say ------------------------------------
 
 class _Tags:
     """Every element and attribute the browser's parser would create."""

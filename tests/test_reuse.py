@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from dflash_core import __main__ as cli
+from dflash_core import savedruns
 from dflash_core.bench import reuse
 from dflash_core.errors import BadInputError
 from dflash_core.report.build import build_report
@@ -115,10 +116,10 @@ def test_hostile_files_are_refused_naming_the_problem(tmp_path, content, message
 
 def test_size_is_bounded_before_the_file_is_read(tmp_path, monkeypatch):
     p = _file(tmp_path, _saved())
-    monkeypatch.setattr(reuse, "MAX_BYTES", 100)
+    monkeypatch.setattr(savedruns, "MAX_BYTES", 100)
     monkeypatch.setattr(type(p), "read_bytes", lambda self: pytest.fail("read a file over the size bound"))
     with pytest.raises(BadInputError, match="a saved run is at most 100 bytes"):
-        reuse.read_source(p)
+        savedruns.read_source(p)
 
 
 def _session(widths=(), block=16):
@@ -128,7 +129,7 @@ def _session(widths=(), block=16):
 
 
 def test_apply_gives_the_session_the_runs_widths_and_options():
-    got = reuse.Reused("RUN", (4, 11), {"act": {4: {"tau": 0.5}, 11: {"tau": 0.25}},
+    got = savedruns.Reused("RUN", (4, 11), {"act": {4: {"tau": 0.5}, 11: {"tau": 0.25}},
                                          "dspark_lite": {4: {"floor": 0.35}}})  # chosen at one width only
     sess = _session()
     reuse.apply_reused(sess, got)

@@ -18,11 +18,10 @@ from dflash_core.prepare.train import (
     split_trajectories,
     train_drafter,
     trajectories,
-    trajectory_taps,
 )
 from dflash_core.runtime.decode import greedy
 from dflash_core.runtime.drafter import DrafterConfig
-from dflash_core.runtime.target import TargetRuntime, batch_greedy, batch_taps
+from dflash_core.runtime.target import TargetRuntime, batch_greedy, batch_taps, trajectory_taps
 from dflash_core.testing import TinySpec, build_tiny
 
 

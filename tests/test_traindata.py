@@ -11,8 +11,8 @@ import pytest
 
 from dflash_core.errors import BadInputError
 from dflash_core.prepare import traindata as td
-from dflash_core.prepare.data import load_prompts
-from dflash_core.prepare.heldout import filter_clean, shipped_held_out
+from dflash_core.store.data import load_prompts, shipped_held_out
+from dflash_core.store.heldout import filter_clean
 
 PROSE = ("The committee met on Tuesday to review the budget for the coming year. It approved the plan after a long "
          "debate about the costs of the new bridge. Several members asked for a second vote.\n"

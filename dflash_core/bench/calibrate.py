@@ -17,7 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..errors import BadInputError
+from ..methods import Calibration, get_method
 from ..runtime.decode import greedy, speculative
+from ..store.data import refuse_benchmark
 from .costmodel import (
     OBJECTIVE,
     ComponentCosts,
@@ -87,8 +90,6 @@ def calibration_costs(rt, prompts: Sequence[Sequence[int]], width: int, costs: C
     if costs is None:
         costs = target_costs(rt, list(prompts[0]), width)
     if len(costs.t_verify) <= width:
-        from ..errors import BadInputError
-
         raise BadInputError(f"the cost table covers widths 0..{len(costs.t_verify) - 1}, not {width}: measure "
                             "target costs up to the drafter's block size (costmodel.target_costs)")
     return replace(costs, t_prefill=0.0)
@@ -153,8 +154,6 @@ def calibrate(rt, prompts: Sequence[Sequence[int]], tokens: int, settings: Seque
 def _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family: str | None, purpose: str) -> None:
     """Held-out discipline: calibration prompts, as text or as the decoded ids, may share no n-gram with a
     benchmark prompt (the one guard, `heldout`, via `data.refuse_benchmark`)."""
-    from ..prepare.data import refuse_benchmark
-
     fam = family or prepared.manifest.get("seeds", {}).get("family") or ("code" if rt.name == "mini" else "english")
     if prompt_texts is not None:
         refuse_benchmark(list(prompt_texts), fam, purpose)
@@ -209,9 +208,6 @@ def calibrate_method(rt, prepared, method_id: str, prompts_ids, tokens: int, wid
 
     Benchmark prompts are refused (as `prompt_texts`, or as ids when the target has a tokenizer). Returns the
     search's record ({"selected", "table"|"plan"/"stage1"/"stage2", ...}) with `selected_options`."""
-    from ..errors import BadInputError
-    from ..methods import Calibration, get_method
-
     info = get_method(method_id)
     cal = info.calibration
     if cal is None or cal.reuses is not None:

@@ -9,12 +9,15 @@ import statistics
 import time
 from typing import TYPE_CHECKING
 
-from ..methods import calibrated
+from ..methods import calibrated, get_method, speculative_ids
 from ..progress import Progress
-from ..runtime.decode import greedy
+from ..runtime.decode import greedy, speculative
+from ..store.data import refuse_benchmark
+from .calibrate import calibrate, calibrate_method
+from .costmodel import OBJECTIVE, ComponentCosts, choose, fit_verify_curve, target_costs, verify_samples
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +26,6 @@ def dflash_table(sess: BenchSession, widths: list[int], ctx: dict) -> list[dict]
     """Plain dflash decoded on the calibration prompts (never benchmark ones) at each of `widths`, each width priced
     by the cost model (`calibrate`: the session's verify-cost curve, the drafter's timed costs, the deterministic
     accepted counts): the noise-free objective that chooses widths."""
-    from ..methods import get_method
-    from .calibrate import calibrate
-
     info = get_method("dflash")
     rows = []
     bar = Progress(f"widths: dflash at {len(widths)} width(s) on calibration prompts", len(widths), log)
@@ -46,8 +46,6 @@ def auto_widths(sess: BenchSession, cal_texts: list[str], ctx: dict | None = Non
     not a fixed list, decides: on a CPU where verify cost grows with the width they come out small, on a GPU where
     it is flat up to B they come out large. The table is kept in
     `width_choice` (benchmark.json settings). `ctx`: the session's `calibration_context` (built here when None)."""
-    from .costmodel import OBJECTIVE, choose
-
     ctx = ctx or calibration_context(sess, cal_texts)
     rows = dflash_table(sess, list(range(1, sess.block_size + 1)), ctx)
     best = rows[choose(rows)]["setting"]["width"]
@@ -76,8 +74,6 @@ def ranking_width(sess: BenchSession, widths: list[int], ctx: dict) -> int:
     covers them, else a `dflash_table` of just those widths). Why not the width of the highest benchmark
     median, as before schema 7: a choice made on the data it is reported on (post-hoc), and two widths whose
     medians tie flipped between runs. Recorded in `width_choice.ranking_width`."""
-    from .costmodel import choose
-
     table = (sess.width_choice or {}).get("table") or []
     rows = [r for r in table if r["width"] in widths]
     if len(rows) != len(set(widths)):
@@ -93,21 +89,11 @@ def _cal_ids(sess: BenchSession, texts: list[str]) -> list[list[int]]:
     return [sess.rt.encode(t) for t in texts]
 
 
-def calibration_widths(sess: BenchSession) -> list[int]:
-    """The widths calibrated: the benchmarked ones (given, else chosen by `auto_widths`) that fit the block size
-    (the bench fixture refuses the others), else B alone."""
-    given = sess.cfg.calibration_widths or tuple(sess.bench_widths)
-    ws = sorted({int(w) for w in given if 1 <= int(w) <= sess.block_size})
-    return ws or [sess.block_size]
-
-
 def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     """What every calibration shares: the calibration prompts' ids, their greedy references and the target's
     component costs timed inside the decode loop on them (`loop_target_costs`; calibration never times benchmark
     prompts); the costs are measured once per session. Refuses calibration prompts that share an n-gram with a
     benchmark prompt."""
-    from ..prepare.data import refuse_benchmark
-
     refuse_benchmark(cal_texts, sess.family, "calibration")
     ids = _cal_ids(sess, cal_texts)
     tokens = sess.cfg.calibration_tokens
@@ -124,10 +110,6 @@ def loop_target_costs(sess: BenchSession, ids: list[list[int]], greedy_stats: li
     verify round's in-loop seconds while plain dflash decodes the prompts at each width 1..B (with its taps, in the
     loop's session and threads). Why not verifies timed in isolation: without taps and outside the loop they came
     out 10-30 % off the loop's and not monotone, and auto widths and calibration read off that noise."""
-    from ..methods import get_method
-    from ..runtime.decode import speculative
-    from .costmodel import ComponentCosts, fit_verify_curve, verify_samples
-
     steps = [(st.target_seconds - st.prefill_seconds) / (st.target_calls - 1) for st in greedy_stats
              if st.target_calls > 1]
     build = get_method("dflash").build
@@ -139,8 +121,6 @@ def loop_target_costs(sess: BenchSession, ids: list[list[int]], greedy_stats: li
             traces.append(tr)
     curve = fit_verify_curve(verify_samples(traces), block_size=sess.block_size)
     if curve is None:
-        from .costmodel import target_costs
-
         return target_costs(sess.rt, ids[0], sess.block_size)  # nothing verified (a budget of one token)
     return ComponentCosts(t_decode=float(statistics.median(steps)) if steps else curve[0], t_verify=tuple(curve))
 
@@ -148,8 +128,6 @@ def loop_target_costs(sess: BenchSession, ids: list[list[int]], greedy_stats: li
 def calibrate_one(sess: BenchSession, method_id: str, texts: list[str], width: int, ctx: dict) -> dict:
     """The registry's calibration of one method at `width` on the calibration prompts (`ctx`: their ids, greedy
     references and the target's component costs, shared by every method)."""
-    from .calibrate import calibrate_method
-
     c = sess.cfg
     return calibrate_method(sess.rt, sess.prepared, method_id, ctx["ids"], c.calibration_tokens, width,
                             repeats=c.calibration_repeats, prompt_texts=texts, family=sess.family,
@@ -165,10 +143,8 @@ def calibrate_all(sess: BenchSession, cal_texts: list[str], ctx: dict | None = N
     V10 and V11 search by successive halving (stage 1 on one prompt, stage 2 on all, reusing the stage-1
     decodes): with one deterministic decode per setting, a default bench's calibration at each of its widths
     stays within the decodes a single-width tok/s calibration used."""
-    from .costmodel import OBJECTIVE
-
     ctx = ctx or calibration_context(sess, cal_texts)
-    widths = calibration_widths(sess)
+    widths = sess.calibration_widths()
     todo = [m for m in calibrated() if m.id not in sess.width_options]  # the others: reused (--calibration-from)
     searched = [m for m in todo if m.calibration.reuses is None]
     bar = Progress(f"calibration ({len(searched)} methods x {len(widths)} widths)", len(searched) * len(widths), log)
@@ -204,10 +180,6 @@ def tune_widths(sess: BenchSession, cal_texts: list[str]) -> None:
     """--tune: each speculative method's width among 1, 2, 4 (<= B), chosen on calibration prompts by the
     calibration objective (costmodel.choose: cost-model speedup, ties to tokens per target call, then the
     smaller width), with the options calibrated nearest that width."""
-    from ..methods import get_method, speculative_ids
-    from .calibrate import calibrate
-    from .costmodel import OBJECTIVE, choose
-
     ids = _cal_ids(sess, cal_texts)
     refs = [greedy(sess.rt, p, sess.cfg.calibration_tokens)[0] for p in ids]
     widths = sorted({min(w, sess.block_size) for w in (1, 2, 4)})

@@ -8,15 +8,19 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..runtime.decode import DecodeStats
+from pytest_benchmark.stats import Stats
+
+from ..methods import get_method
+from ..runtime.decode import DecodeStats, speculative
 from ..runtime.device import torch_threads
+from .activity import Shadowed, count_rounds, summary
 from .config import BASELINE
 from .costmodel import loop_block
 from .rounds import PairedRounds, comparison_rounds, decode_all, paired_rounds, verdict_fields, verdicts
 from .stats import median_iqr
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 
 @dataclass
@@ -132,10 +136,6 @@ def activity_decode(sess: BenchSession, method: str, width: int) -> dict | None:
     """Mechanism activity of a case (docs/design.md §9): decode every prompt once, untimed, with the method's
     proposer wrapped in `activity.Shadowed` beside a plain dflash proposer at the same context, and count
     where their drafts differ and what that did to accepted drafts (`activity.summary`). None for normal."""
-    from ..methods import get_method
-    from ..runtime.decode import speculative
-    from .activity import Shadowed, count_rounds, summary
-
     info = get_method(method)
     if info.build is None:
         return None
@@ -155,8 +155,6 @@ def _benchmark_sink(benchmark):
     `extra_info`'s. pytest-benchmark's Stats caches its figures on first read, so a fresh Stats is built."""
 
     def sink(seconds: float | None, info: dict) -> None:
-        from pytest_benchmark.stats import Stats
-
         meta = getattr(benchmark, "stats", None)  # None under --benchmark-disable
         if seconds is not None and meta is not None:
             fresh = Stats()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..errors import BadInputError
 from ..options import BENCH_FIELDS, env_value, option
 
 # A target over REAL_TARGET_PARAMETERS parameters (a real checkpoint: SmolLM2-135M, LFM2.5-350M) costs 60-170 ms
@@ -24,6 +25,16 @@ BASELINE = "dflash"
 REAL_TARGET_DEFAULTS = {"calibration_tokens": 16, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1}
 # What bench.budget.plan_matrix chooses for a real target (each unless the user set it).
 BUDGETED = ("prompt_limit", "tokens", "rounds")
+
+
+def check_widths_fit(widths, block: int, source: str, fix: str = "") -> None:
+    """The one check of the verify widths against the drafter: each at most its block size B. The options table
+    checked the rest when the knob was read (integers >= 1, `options._widths`); B is known only once a drafter is
+    (the CLI reads it from the manifest before pytest starts, a reused run's widths are checked on apply)."""
+    over = sorted(w for w in widths if w > block)
+    if over:
+        raise BadInputError(f"{source}: width {','.join(map(str, over))} {'exceeds' if len(over) == 1 else 'exceed'} "
+                            f"this drafter's block size B={block}: {fix or f'give widths in 1..{block}'}")
 
 
 def _default(name: str):
@@ -73,8 +84,6 @@ class BenchConfig:
         """--smoke: 1 prompt, 8 tokens, 1 round, 4 ranking rounds (and the smallest calibration)."""
         if not self.smoke:
             return self
-        from dataclasses import replace
-
         return replace(self, tokens=8, prompt_limit=1, rounds=1, rank_rounds=min(self.rank_rounds, 4),
                        calibration_tokens=8, calibration_prompt_limit=1,
                        calibration_repeats=1, calibration_widths=tuple(self.calibration_widths))

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.decode import DecodeStats
+from ..runtime.device import synchronize
 from .stats import NOISE_THRESHOLD
 
 RATIO_BAND = (0.9, 1.1)
@@ -132,8 +134,6 @@ def _median_call(fn, calls: int, device) -> float:
 def _interleaved(fns: dict, calls: int, device) -> dict:
     """Median seconds of each fn over `calls` passes, every pass calling each fn once in turn: a burst of load
     on a shared machine then slows every fn alike instead of whichever block of calls it fell on."""
-    from ..runtime.device import synchronize
-
     xs: dict = {k: [] for k in fns}
     for _ in range(calls):
         for k, fn in fns.items():
@@ -258,8 +258,6 @@ def loop_block(stats_rounds: Sequence[Sequence[Any]], traces_rounds: Sequence[Se
     round schedule (verify calls per k in one leg: the decode is deterministic, so the first round's).
 
     `stats_rounds`: per round, the DecodeStats of every prompt; `traces_rounds`: per round, one trace per prompt."""
-    from ..runtime.decode import DecodeStats
-
     legs = [DecodeStats.merge(list(r)) for r in stats_rounds if r]
     if not legs:
         return {}

@@ -9,17 +9,24 @@ benchmark prompts and returns (outputs, wall seconds); `measure_reference` pairs
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ..prepare.drafter_format import to_hf_model
+from ..prepare.prepared import DRAFTER_FILE
 from ..runtime.decode import speculative
 from ..runtime.device import synchronize, torch_threads
+from ..runtime.drafter import DFlashDrafter, DrafterConfig
+from ..runtime.proposers import OracleProposer
+from ..store.artifacts import load_tensor_file
+from .costmodel import verify_times
 from .rounds import paired_rounds, verdict_fields, verdicts
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 REFERENCES = ("generate", "prompt_lookup", "assisted", "dflash_transformers")
 
@@ -31,8 +38,6 @@ def early_exit_assistant(rt, layers: int | None = None):
     the mini target (or for a random-weight 350M). A truncated copy of the target is the one assistant
     every target has without training (self-speculative early exit); it is a peer row, not a method.
     """
-    import copy
-
     import torch
 
     n = layers if layers is not None else max(1, rt.num_layers // 2)
@@ -51,11 +56,6 @@ def transformers_dflash_assistant(rt, prepared):
     weights are exactly the ones the lab's methods draft with. transformers feeds the assistant the target's
     embeddings and hidden states unconverted, so it runs in the target's dtype.
     """
-    from ..prepare.artifacts import load_tensor_file
-    from ..prepare.drafter_format import to_hf_model
-    from ..prepare.prepared import DRAFTER_FILE
-    from ..runtime.drafter import DFlashDrafter, DrafterConfig
-
     blob = load_tensor_file(prepared.directory / DRAFTER_FILE)
     drafter = DFlashDrafter(DrafterConfig.from_dict(blob["config"]))
     drafter.load_state_dict(blob["state_dict"])
@@ -105,8 +105,6 @@ def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any
 def oracle_all(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
                width: int) -> tuple[list[list[int]], float]:
     """The lab's loop with drafts that replay greedy: every draft accepted, the best width w can do."""
-    from ..runtime.proposers import OracleProposer
-
     outs, wall = [], 0.0
     for p, ref in zip(prompt_ids, references):
         ids, st = speculative(rt, OracleProposer(p, ref, rt.vocab_size), p, tokens, width, method="oracle")
@@ -171,8 +169,6 @@ def verify_cost_curve(sess: BenchSession, widths: list[int], calls: int = VERIFY
 
 
 def _verify_cost_curve(sess: BenchSession, widths: list[int], calls: int) -> dict:
-    from .costmodel import verify_times
-
     p = sess.prompt_ids[0] + sess.greedy_outputs[0][: max(0, sess.cfg.tokens // 2)]
     t = verify_times(sess.rt, p, sorted({1, *(w + 1 for w in widths)}), calls)
     curve = {str(w): float(t[w + 1] / t[1]) for w in widths}

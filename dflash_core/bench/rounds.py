@@ -7,20 +7,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..methods.runner import run_method
 from ..runtime.device import synchronize
 from ..runtime.exactness import classify
 from .stats import median_iqr
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 
 def decode_all(sess: BenchSession, method: str, width: int, trace: list | None = None,
                rounds: list | None = None):
     """Decode every benchmark prompt once with the options calibrated for `width`; returns (outputs, stats list,
     wall seconds summed). `trace` receives the first prompt's verify rounds, `rounds` one round list per prompt."""
-    from ..methods.runner import run_method
-
     outs, stats = [], []
     opts = sess.options_for(method, width) if method != "normal" else {}
     for i, p in enumerate(sess.prompt_ids):

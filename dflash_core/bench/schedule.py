@@ -26,7 +26,7 @@ from .config import BASELINE
 from .rounds import decode_all
 
 if TYPE_CHECKING:
-    from .session import BenchSession
+    from .state import BenchSession
 
 NORMAL_LEG, BASELINE_LEG, METHOD_LEG = "n", "b", "m"  # a round's leg order, e.g. "bnm" (`CaseRounds.legs`)
 log = logging.getLogger(__name__)

@@ -7,11 +7,13 @@ from the registry (`methods.fitters()`), and a method's artifact files are the f
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import BadInputError
+from ..store.data import check_sequences
 
 
 @dataclass
@@ -41,8 +43,6 @@ class Fitter:
 
     def __call__(self, ctx: FitContext) -> dict:
         """Runs the fit after the held-out guard: every fitter is called through here, so none can skip it."""
-        from ..prepare.heldout import check_sequences
-
         check_sequences(ctx.rt, ctx.trajectories, f"fitter {self.name!r}")
         return self.fit(ctx)
 
@@ -75,8 +75,6 @@ class Calibration:
 
     def settings(self) -> list[dict]:
         """The grid's settings: the cartesian product in axis order (the first axis varies slowest)."""
-        import itertools
-
         keys = list(self.grid)
         return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
 

@@ -33,7 +33,7 @@ import torch
 from torch.nn import functional as F
 
 from ..errors import ArtifactError
-from ..prepare.artifacts import tensor_bytes
+from ..store.artifacts import tensor_bytes
 from .base import Calibration, Fitter, MethodInfo
 from .support.block import BlockProposer
 from .support.common import MethodOptions, opt, topk

@@ -14,7 +14,7 @@ size, within the caps, and is hashed while it is written into a stage inside the
 file, a folder, a link) is refused. Then the manifests inside must list exactly the packed files.
 
 Crash safety: under the home's lock, a journal naming the directories is written before the first move; a kill
-at any point leaves a `.import-*` stage that the next holder of the lock (`recover_imports`, called by
+at any point leaves a `.import-*` stage that the next holder of the lock (`journal.recover_imports`, called by
 `artifacts.home_lock`) rolls forward (journal present: the verified new directories go in) or back (no journal:
 any directory moved aside goes back). So the home is as before or as after, never without its artifacts.
 """
@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, BadInputError, BundleError, os_error_message
+from ..runtime.target import load_target
 from ..safeio import check_out_parent, parse_json
-from .artifacts import (
+from ..store.artifacts import (
     MANIFEST,
     TARGET_MANIFEST,
     _check_files,
@@ -50,6 +51,7 @@ from .artifacts import (
     verify_target_files,
     write_json_atomic,
 )
+from ..store.journal import ARTIFACT_DIR, JOURNAL, STAGE_PREFIX, TARGET_DIR, move_in, recover_imports
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +59,6 @@ BUNDLE_MANIFEST = "bundle.json"
 BUNDLE_FORMAT = "dflash-bundle"
 BUNDLE_VERSION = 1
 REEXPORT = "export it again on the source machine (`python -m dflash_core export --out FILE`) and copy it whole"
-TARGET_DIR = "targets/mini"
-JOURNAL = "journal.json"
-STAGE_PREFIX = ".import-"
 
 # Limits (docs/hostile-input.md): the mini target's bundle is ~120 MB in ~20 files.
 MAX_BUNDLE_JSON_BYTES = 4 << 20
@@ -68,7 +67,6 @@ MAX_BUNDLE_BYTES = 16 << 30
 FREE_MARGIN_BYTES = 64 << 20  # left free on the home's filesystem after an import
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-ARTIFACT_DIR = re.compile(r"^artifacts/[A-Za-z0-9._-]{1,24}-[0-9a-f]{16}$")
 # What may travel: prepared artifacts are JSON and safetensors; a target directory adds tokenizer files. Never
 # code (`*.py`), never pickles (`*.bin`, `*.pt`).
 ARTIFACT_SUFFIXES = (".json", ".safetensors")
@@ -144,8 +142,6 @@ def export_bundle(out: str | Path, target: str = "mini", home: str | Path | None
 
     The target is loaded once (CPU float32) to compute its content identity, which names its artifact directory.
     """
-    from ..runtime.target import load_target
-
     home = dflash_home(home)
     out = Path(out)
     check_export_out(out)
@@ -382,81 +378,6 @@ def _verify_inside(root: Path, doc: dict, path: Path) -> None:
         raise BundleError(f"bundle {path}: {exc}") from exc
 
 
-def _flat(rel: str) -> str:
-    return rel.replace("/", "__")
-
-
-def _unflat(name: str) -> str | None:
-    rel = name.replace("__", "/")
-    return rel if rel == TARGET_DIR or ARTIFACT_DIR.match(rel) else None
-
-
-def _move_in(stage: Path, home: Path, rel: str) -> None:
-    """One directory into place: the present one aside into stage/old, the new one from stage/bundle.
-    Idempotent, so recovery can call it again after a kill at any point."""
-    src, dest = stage / "bundle" / rel, home / rel
-    if not src.is_dir():
-        return  # already moved in
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists() or dest.is_symlink():
-        backup = stage / "old" / _flat(rel)
-        while backup.exists() or backup.is_symlink():
-            backup = backup.with_name(backup.name + ".again")
-        os.replace(dest, backup)
-        _step(f"backup:{rel}")
-    os.replace(src, dest)
-    _step(f"moved:{rel}")
-
-
-def _journal_dirs(stage: Path) -> list[str] | None:
-    """The directories a stage's journal names (None: no readable journal, so no move had begun)."""
-    try:
-        doc = json.loads((stage / JOURNAL).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    dirs = doc.get("dirs") if isinstance(doc, dict) else None
-    if not isinstance(dirs, list) or not all(isinstance(d, str) and (d == TARGET_DIR or ARTIFACT_DIR.match(d))
-                                             for d in dirs):
-        return None
-    return dirs
-
-
-def recover_imports(home: str | Path) -> list[str]:
-    """Finish or undo every import a kill interrupted in `home` (call it holding the home's lock).
-
-    A stage with a journal is rolled forward: its verified directories are moved in. A stage without one is
-    rolled back: a directory an older release had moved aside before it was killed goes back where it was. The
-    stage is then removed. Returns what was done, one line per stage."""
-    home = Path(home)
-    done = []
-    try:
-        stages = sorted(p for p in home.iterdir() if p.name.startswith(STAGE_PREFIX))
-    except OSError:
-        return done
-    for stage in stages:
-        if stage.is_symlink() or not stage.is_dir():
-            stage.unlink(missing_ok=True)
-            continue
-        dirs = _journal_dirs(stage)
-        if dirs is not None:
-            for rel in dirs:
-                _move_in(stage, home, rel)
-            done.append(f"finished the interrupted import in {stage.name} ({', '.join(dirs)})")
-        else:
-            old = stage / "old"
-            for p in sorted(old.iterdir()) if old.is_dir() else []:
-                rel = _unflat(p.name)
-                if rel is not None and not (home / rel).exists():
-                    (home / rel).parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(p, home / rel)
-            done.append(f"rolled back the interrupted import in {stage.name}")
-        (stage / JOURNAL).unlink(missing_ok=True)
-        shutil.rmtree(stage, ignore_errors=True)
-    for line in done:
-        log.warning("%s", line)
-    return done
-
-
 def _install(stage: Path, home: Path, dirs: list[str]) -> None:
     """Journal first, then the moves: from here on, a kill is rolled forward by `recover_imports`."""
     for rel in dirs:
@@ -468,7 +389,7 @@ def _install(stage: Path, home: Path, dirs: list[str]) -> None:
     write_json_atomic(stage / JOURNAL, {"dirs": dirs})
     _step("journal")
     for rel in dirs:
-        _move_in(stage, home, rel)
+        move_in(stage, home, rel, _step)
     (stage / JOURNAL).unlink()
     _step("done")
 

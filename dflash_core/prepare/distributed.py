@@ -10,6 +10,7 @@ other ranks through: they write nothing and only read after a barrier that follo
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from typing import Any
 
 
@@ -44,8 +45,6 @@ def init_from_env(device: str = "cpu") -> bool:
     if not launched():
         return False
     if not d.is_initialized():
-        from datetime import timedelta
-
         # Rank 0 alone fits the methods while the others wait at a barrier: minutes on a real target, so the
         # collectives' timeout is hours, not the default 30 min.
         d.init_process_group(backend="nccl" if str(device).startswith("cuda") else "gloo", timeout=timedelta(hours=4))

@@ -26,8 +26,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError, BadInputError
-from ..safeio import check_out_parent
+from ..errors import ArtifactError, BadInputError, os_error_message
+from ..runtime.drafter import DFlashDrafter, DrafterConfig
+from ..safeio import check_out_parent, check_regular_file, finite, normal_modes, read_json
+from ..store.artifacts import hash_file_into
 
 MODEL_TYPE = "muse_glimmer_assistant"
 # Extra config.json fields our export records about the target it was trained for (transformers keeps
@@ -139,9 +141,6 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
     """
     from safetensors import SafetensorError
 
-    from ..errors import os_error_message
-    from ..safeio import normal_modes
-
     out = Path(out)
     check_drafter_out(out)
     model = to_hf_model(copy.deepcopy(drafter).float().cpu(), target_config, identity)
@@ -207,8 +206,6 @@ def check_drafter_dir(directory: Path) -> None:
 
 def weight_files(directory: Path) -> list[Path]:
     """The drafter's *.safetensors files, each a regular file of bounded size (stat before open)."""
-    from ..safeio import check_regular_file
-
     files = sorted(directory.glob("*.safetensors"))
     for f in files:
         check_regular_file(f, "--drafter weight file", BadInputError, "pass a drafter whose *.safetensors are plain "
@@ -218,8 +215,6 @@ def weight_files(directory: Path) -> list[Path]:
 
 def drafter_digest(directory: Path) -> str:
     """SHA-256 over config.json and every *.safetensors file (names and bytes): the drafter's identity."""
-    from .artifacts import hash_file_into
-
     h = hashlib.sha256()
     for p in [directory / "config.json", *weight_files(directory)]:
         h.update(p.name.encode())
@@ -248,8 +243,6 @@ def _int_in(v: Any, lo: int, hi: int) -> bool:
 def check_hf_config(doc: dict, where: str) -> None:
     """Required fields, their types and sane bounds (see the MAX_DRAFTER_* limits), or a BadInputError naming
     the field: a drafter config is checked before any tensor is allocated."""
-    from ..safeio import finite
-
     fix = "pass a transformers-format DFlash drafter (e.g. one written by `python -m dflash_core export-drafter`)"
     for k, hi in INT_FIELDS.items():
         lo = 0 if k == "mask_token_id" else 2 if k == "block_size" else 1
@@ -300,8 +293,6 @@ def check_hf_config(doc: dict, where: str) -> None:
 
 def read_hf_config(directory: Path) -> dict:
     """config.json of a transformers DFlash drafter, as data (checked to be one, with sane bounds)."""
-    from ..safeio import read_json
-
     doc = read_json(directory / "config.json", "--drafter config", BadInputError, "re-export the drafter",
                     max_bytes=4 << 20)
     if not isinstance(doc, dict) or doc.get("model_type") != MODEL_TYPE:
@@ -314,8 +305,6 @@ def read_hf_config(directory: Path) -> dict:
 
 def drafter_config_from_hf(doc: dict, vocab_size: int):
     """Our DrafterConfig for a transformers DFlash drafter config (refusing what our drafter cannot run)."""
-    from ..runtime.drafter import DrafterConfig
-
     n = int(doc.get("num_hidden_layers", 0))
     types = doc.get("layer_types") or ["sliding_attention"] * n
     if any(t != "full_attention" for t in types):
@@ -370,8 +359,6 @@ def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
     import torch
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-
-    from ..runtime.drafter import DFlashDrafter
 
     doc = read_hf_config(directory)
     check_compatible(doc, rt, identity)

@@ -41,14 +41,21 @@ import importlib.util
 import json
 import logging
 import math
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArtifactError, BadInputError
+from ..progress import Progress
 from ..runtime.device import torch_threads as _torch_threads
 from ..runtime.precision import train_in_bf16
+from ..safeio import normal_modes
+from ..store.artifacts import META_FILE, write_target_manifest
+from ..store.data import shipped_held_out
+from ..store.heldout import check_clean
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +65,6 @@ if TYPE_CHECKING:  # heavy imports happen inside functions; this is for type hin
 PINNED_TRANSFORMERS = "5.24.0"
 PAD_TOKEN, BOS_TOKEN, EOS_TOKEN = "<|pad|>", "<|startoftext|>", "<|endoftext|>"
 SPECIAL_TOKENS = (PAD_TOKEN, BOS_TOKEN, EOS_TOKEN)  # ids 0, 1, 2 in this order
-META_FILE = "mini_target_meta.json"
 PROMPT_FAMILY = "code"  # its corpus is Python source; recorded in META_FILE so a copied folder keeps it
 DEMO_PROMPTS = ("def forward(self, hidden_states):", "class Attention(nn.Module):")
 
@@ -126,8 +132,6 @@ def check_corpus(texts: list[str], names: list[str] | None = None) -> None:
     """Refuse a corpus that shares a normalised n-gram with a shipped benchmark or calibration prompt
     (`heldout`, docs/design.md §6): a target that memorised a held-out prompt makes the benchmark measure
     recall. The build and `prepare` (which cuts train seeds from the corpus) both call it."""
-    from .heldout import check_clean, shipped_held_out
-
     check_clean(texts, shipped_held_out(), "the mini target's corpus", names=names,
                 fix="choose benchmark and calibration prompts (data/prompts.json) that are absent from the corpus")
 
@@ -266,8 +270,6 @@ def train_model(
     import torch
     from transformers import Lfm2ForCausalLM
 
-    from ..progress import Progress
-
     cfg = resolve_autocast(cfg)
     # fork_rng: seeding here must not disturb the caller's global RNG stream
     with _torch_threads(cfg.threads), torch.random.fork_rng(devices=[]):
@@ -321,12 +323,6 @@ def build_mini_target(
     config, steps, final loss (mean of the last 20 steps), wall seconds, parameter count, corpus
     description and sha256, tokenizer vocab size, greedy demo samples.
     """
-    import shutil
-    import tempfile
-
-    from ..safeio import normal_modes
-    from .artifacts import write_target_manifest
-
     t0 = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -11,19 +11,28 @@ loggers, timestamped), and leaves the caller's torch thread count as it found it
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, BadInputError
-from .artifacts import (
+from ..methods import FitContext, fit_files, fitters
+from ..options import MAX_THREADS, env_value
+from ..progress import ensure_console_logging
+from ..runtime.device import torch_threads
+from ..runtime.drafter import DrafterConfig, default_taps, parameter_count
+from ..runtime.target import load_target
+from ..store.artifacts import (
     TARGET_MANIFEST,
     file_entry,
     home_lock,
+    mini_target_dir,
     read_manifest,
     target_identity,
     tensor_bytes,
@@ -33,9 +42,17 @@ from .artifacts import (
     write_manifest,
     write_target_manifest,
 )
+from ..store.data import load_prompts, shipped_held_out
+from ..store.heldout import NO_TEXT_REASON, UNIT_RULE, check_clean, decoder_of, filter_clean
+from . import distributed as dist
+from .drafter_format import drafter_digest, load_hf_drafter, mask_token_for, resolve_drafter_source
+from .minitarget import MiniTargetConfig, build_mini_target, check_corpus, corpus_texts
+from .minitarget import corpus_files as corpus_paths
 from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
-from .train import TrainConfig
+from .teacher import TeacherData, teacher_data
+from .train import TrainConfig, train_drafter
+from .traindata import TrainText, _digest, cut_seeds, load_train_text
 
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
@@ -93,10 +110,6 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str, record: dict | None = No
     memorised a held-out prompt cannot be fixed by dropping seeds) and cut by lines as before; any other text is
     cut into line and sentence starts, and the ones that leak are dropped and counted.
     """
-    from .data import load_prompts
-    from .heldout import check_clean, shipped_held_out
-    from .traindata import cut_seeds, load_train_text
-
     if rt.tokenizer is None:
         r = random.Random(cfg.seed)
         n = max(cfg.random_seeds, 8)
@@ -108,15 +121,10 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str, record: dict | None = No
                 fix="remove or change that train seed in data/prompts.json")
     corpus_files = getattr(rt, "info", {}).get("mini_corpus_files")  # set when the checkpoint is a mini target
     if corpus_files and not cfg.train_data:
-        from .minitarget import MiniTargetConfig, check_corpus, corpus_texts
-        from .minitarget import corpus_files as corpus_paths
-
         mcfg = MiniTargetConfig(corpus_files=corpus_files)
         corpus = corpus_texts(mcfg)
         check_corpus(corpus, [p.name for p in corpus_paths(mcfg)])
         if record is not None:
-            from .traindata import TrainText, _digest
-
             names = [p.name for p in corpus_paths(mcfg)]
             record.update(TrainText("shipped:mini-corpus", "shipped", corpus, names, _digest(corpus, names)).record())
         if cfg.corpus_seeds:
@@ -139,8 +147,6 @@ def train_seed_ids(rt, cfg: PrepareConfig, family: str, record: dict | None = No
 def drop_leaking_trajectories(rt, trajs: list[list[int]], seeds: list[list[int]]):
     """Teacher trajectories are generated text: one that shares an n-gram with a held-out prompt is dropped
     (with its seed) before anything trains on it. Returns (trajectories, seeds, held-out record)."""
-    from .heldout import NO_TEXT_REASON, UNIT_RULE, decoder_of, filter_clean, shipped_held_out
-
     held = shipped_held_out()
     record: dict[str, Any] = {"rule": UNIT_RULE, "held_out_ngrams": len(held.grams)}
     decode = decoder_of(rt)
@@ -163,8 +169,6 @@ def drop_leaking_trajectories(rt, trajs: list[list[int]], seeds: list[list[int]]
 def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
     if target != "mini":
         return
-    from .artifacts import mini_target_dir
-
     d = mini_target_dir(home)
     if (d / "config.json").is_file() and not refresh:
         if not (d / TARGET_MANIFEST).is_file():
@@ -176,9 +180,6 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
             return
         except ArtifactError as exc:
             log.warning("the mini target is damaged, rebuilding it: %s", exc)
-    from ..options import env_value
-    from .minitarget import MiniTargetConfig, build_mini_target
-
     seed = env_value("mini_seed")
     cfg = MiniTargetConfig() if seed is None else MiniTargetConfig(seed=int(seed))
     _log(f"building the embedded mini target (training seed {cfg.seed}) into {d} (a few minutes on 2 cores)")
@@ -204,15 +205,9 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     Under torchrun (WORLD_SIZE > 1) every rank runs this: teacher generation is sharded, training is DDP,
     and rank 0 alone holds the lock and writes (`distributed`).
     """
-    from ..progress import ensure_console_logging
-    from ..runtime.device import torch_threads
-    from . import distributed as dist
-
     accept_recorded = cfg is None
     cfg = cfg or PrepareConfig()
     if threads is not None:
-        from ..options import MAX_THREADS
-
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
             raise BadInputError(f"--threads must be an integer in 1..{MAX_THREADS}, got {threads!r}")
         cfg = replace(cfg, threads=threads)
@@ -232,8 +227,6 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
 def work_dir(out: Path, cfg: PrepareConfig) -> Path:
     """Where a run keeps what a killed prepare resumes from (teacher data, training checkpoints): beside the
     artifacts, keyed by the artifact directory, the recipe and the config, removed when the run completes."""
-    import hashlib
-
     doc = json.dumps({"recipe": RECIPE, "cfg": {k: v for k, v in cfg.to_dict().items() if k != "threads"}},
                      sort_keys=True, default=str)
     return out.parent.parent / "work" / f"{out.name}-{hashlib.sha256(doc.encode()).hexdigest()[:12]}"
@@ -295,17 +288,7 @@ def adopt_own(doc: dict, own: Path, out: Path, ident: dict, drafter: str, source
 
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
              accept_recorded: bool = False, drafter: str | None = None) -> Path:
-    import shutil
-
     import torch
-
-    from ..methods import FitContext, fit_files, fitters
-    from ..runtime.drafter import DrafterConfig, default_taps, parameter_count
-    from ..runtime.target import load_target
-    from . import distributed as dist
-    from .drafter_format import mask_token_for
-    from .teacher import TeacherData, teacher_data
-    from .train import train_drafter
 
     t_start = time.perf_counter()
     lead = dist.rank() == 0
@@ -317,8 +300,6 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     ident = target_identity(rt)
     imported, source_sha = None, None
     if drafter:
-        from .drafter_format import drafter_digest, load_hf_drafter, resolve_drafter_source
-
         source = resolve_drafter_source(drafter)
         source_sha = drafter_digest(source)
         imported = load_hf_drafter(source, rt, ident)  # refuses a drafter made for another target, before any work
@@ -328,8 +309,6 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     family = family_for(rt, cfg)
     train_sha = None
     if cfg.train_data and rt.tokenizer is not None:
-        from .traindata import load_train_text
-
         train_sha = load_train_text(cfg.train_data, family).sha256  # refused here, before any work, when unusable
     done = None  # rank 0 decides what is already there (it alone reads the home under the lock); all ranks follow
     if not refresh and lead:

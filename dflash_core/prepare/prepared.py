@@ -16,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
-from .artifacts import artifact_dir, load_tensor_file, read_manifest, target_identity
+from ..runtime.drafter import DFlashDrafter, DrafterConfig
+from ..runtime.kernels import apply_kernels
+from ..store.artifacts import artifact_dir, load_tensor_file, read_manifest, target_identity
+from .drafter_format import drafter_digest, resolve_drafter_source
 
 DRAFTER_FILE = "drafter.safetensors"
 
@@ -71,8 +74,6 @@ def drafter_source_digest(drafter: str | None) -> str | None:
     """The content hash of an imported drafter (`--drafter DIR_OR_HUB_ID`), None for the trained one."""
     if not drafter:
         return None
-    from .drafter_format import drafter_digest, resolve_drafter_source
-
     return drafter_digest(resolve_drafter_source(drafter))
 
 
@@ -88,8 +89,6 @@ def load_prepared(rt, *, home=None, required: tuple[str, ...] = (), drafter: str
     `drafter`: the transformers-format drafter the home was prepared with (`prepare(..., drafter=)`)."""
     import torch
 
-    from ..runtime.drafter import DFlashDrafter, DrafterConfig
-
     ident = target_identity(rt)
     d = prepared_dir(ident, home, drafter_source_digest(drafter))
     doc = read_manifest(d, ident, required=(DRAFTER_FILE, *required))
@@ -104,7 +103,5 @@ def load_prepared(rt, *, home=None, required: tuple[str, ...] = (), drafter: str
     dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
     drafter = drafter.to(device=rt.device, dtype=dt).eval()
     if getattr(rt, "kernels", "eager") != "eager" and dt == torch.float32:
-        from ..runtime.kernels import apply_kernels
-
         apply_kernels(drafter, rt.kernels)  # the drafter runs on the same execution path as the target
     return Prepared(directory=d, manifest=doc, drafter=drafter)

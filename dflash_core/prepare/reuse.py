@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError
-from .artifacts import file_entry, load_tensor_file, read_manifest, write_atomic
+from ..store.artifacts import file_entry, load_tensor_file, read_manifest, write_atomic
 
 
 def seeds_sha256(seeds: list[list[int]]) -> str:

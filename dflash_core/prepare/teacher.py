@@ -11,8 +11,11 @@ there (`teacher.safetensors`) so a killed `prepare` resumes without generating a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import os
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,8 @@ from pathlib import Path
 import torch
 
 from ..errors import ArtifactError
+from ..progress import logged
+from ..runtime.target import batch_teacher
 from . import distributed as dist
 
 log = logging.getLogger(__name__)
@@ -61,9 +66,6 @@ def length_buckets(seqs: Sequence[Sequence[int]], size: int) -> list[list[int]]:
 def generate_shard(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int], top_k: int,
                    rank: int = 0, world: int = 1, batch: int = TEACHER_BATCH, progress: bool = False) -> dict:
     """This rank's buckets (every `world`-th, from `rank`): {prompt index: (sequence, taps, top values, top ids)}."""
-    from ..progress import logged
-    from ..runtime.target import batch_teacher
-
     prompts = [list(p) for p in prompts]
     mine = length_buckets(prompts, batch)[rank::world]
     out: dict[int, tuple] = {}
@@ -131,8 +133,6 @@ def rows_of(data: TeacherData) -> dict:
 
 
 def _key(prompts, new_tokens, taps, top_k) -> str:
-    import hashlib
-
     doc = {"prompts": [list(map(int, p)) for p in prompts], "new_tokens": int(new_tokens),
            "taps": [int(t) for t in taps], "top_k": int(top_k)}
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
@@ -142,9 +142,6 @@ def save_rows(path: Path, rows: dict, key: str) -> None:
     """Rows {index: (sequence, taps, top values, top ids)} as one safetensors file: one tensor per row and kind
     (no concatenated copy of gigabytes of taps), sequences in the metadata. Written straight to a temporary file
     and renamed, so a kill mid-write leaves no file under the final name."""
-    import os
-    import secrets
-
     from safetensors.torch import save_file
 
     order = sorted(rows)

@@ -20,7 +20,10 @@ killed run resumes from the last checkpoint to the same result.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import hashlib
+import json
 import logging
 import math
 import random
@@ -31,13 +34,16 @@ from pathlib import Path
 
 import torch
 
-from ..errors import BadInputError
+from ..errors import ArtifactError, BadInputError
+from ..progress import Progress, logged
 from ..runtime.drafter import DFlashDrafter, DrafterConfig, init_drafter
 from ..runtime.precision import train_in_bf16
-from ..runtime.target import TargetRuntime
+from ..runtime.target import TargetRuntime, batch_taps
+from ..store.artifacts import load_tensor_file, tensor_bytes, write_atomic
+from ..store.data import check_sequences
 from . import distributed as dist
 from .loss import linear_cross_entropy
-from .teacher import TEACHER_BATCH, TeacherData, length_buckets  # noqa: F401  (re-exported)
+from .teacher import TEACHER_BATCH, TeacherData, length_buckets, teacher_data  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +84,6 @@ class TrainConfig:
 def matmul_autocast(dtype: torch.dtype):
     """bf16 autocast of the drafter's matmuls when training in bf16 (master weights, norms and the optimizer stay
     float32); a no-op context otherwise."""
-    import contextlib
-
     if dtype == torch.bfloat16:
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
@@ -113,24 +117,12 @@ def trajectories(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens
     one-at-a-time greedy in float64; in float32 a near-tie can flip, which teacher data tolerates (it is
     training data, not a decode under test). `batch=1` is the one-at-a-time reference.
     """
-    from .teacher import teacher_data
-
     return teacher_data(rt, prompts, new_tokens, batch=batch, progress=progress).sequences
-
-
-def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) -> torch.Tensor:
-    """Hidden-state taps of every row of `seq` from one forward (same rows the loop feeds the drafter)."""
-    sess = rt.session(recording=False)
-    out = sess.prefill(list(seq), taps=taps)
-    return out.hidden.detach().cpu()
 
 
 def trajectories_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int],
                       batch: int = TEACHER_BATCH, progress: bool = False) -> list[torch.Tensor]:
     """`trajectory_taps` of every sequence, equal-length sequences batched into one forward."""
-    from ..progress import logged
-    from ..runtime.target import batch_taps
-
     out: list[torch.Tensor | None] = [None] * len(seqs)
     buckets = length_buckets(seqs, batch)
     for idx in logged(buckets, "target taps", len(buckets), log, bar=progress):
@@ -306,15 +298,10 @@ def eval_accuracy(drafter: DFlashDrafter, embed, head, data, feats, idx: list[in
 
 def save_checkpoint(path: Path, state: dict) -> None:
     """The training state as safetensors (+ JSON skeleton): nothing is pickled, so loading runs no code."""
-    from .artifacts import tensor_bytes, write_atomic
-
     write_atomic(path, tensor_bytes(state))
 
 
 def load_checkpoint(path: Path, key: str) -> dict | None:
-    from ..errors import ArtifactError
-    from .artifacts import load_tensor_file
-
     if not path.is_file():
         return None
     try:
@@ -345,9 +332,6 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     `seqs` are computed here. `work`: where checkpoints go and a killed run resumes from.
     Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
     """
-    from ..progress import Progress
-    from .heldout import check_sequences
-
     if teacher is None:
         teacher = TeacherData([list(s) for s in seqs], [1] * len(seqs), None)
     check_sequences(rt, teacher.sequences, "drafter training")
@@ -516,9 +500,6 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
 
 def _checkpoint_key(data: TeacherData, dcfg: DrafterConfig, tcfg: TrainConfig) -> str:
     """What a checkpoint must have been written for: the same data, drafter, recipe and world size."""
-    import hashlib
-    import json
-
     doc = {"seqs": hashlib.sha256(json.dumps(data.sequences).encode()).hexdigest(), "drafter": dcfg.to_dict(),
            "train": {k: v for k, v in asdict(tcfg).items() if k != "budget_minutes"}, "world": dist.world_size()}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

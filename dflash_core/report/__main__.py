@@ -20,12 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from ..errors import guarded
-from .build import SCHEMA, SCHEMA_VERSION, ReportInputError, build_report, load_saved, validate_saved
+from ..errors import ReportInputError, guarded
+from ..safeio import read_json
+from ..savedruns import resolve_runs
+from ..store.artifacts import write_atomic
+from .build import SCHEMA, SCHEMA_VERSION, build_report, load_saved, validate_saved
+from .compare import compare, write_compare
 from .gate import NO_REGRESSION, REGRESSION, GateConfig, judge, threshold
 from .models import compare_models, group_by_model, render_models
-from .runs import resolve_runs
 from .write import write_report
 
 
@@ -64,10 +68,6 @@ def _build(args: list[str], storage: str) -> dict:
 def _load_doc(arg: str, storage: str) -> dict:
     """A canonical benchmark.json as is, anything else as saved runs built into one (a file is read once, under
     the same limits as every saved run: safeio.read_json)."""
-    from pathlib import Path
-
-    from ..safeio import read_json
-
     if not Path(arg).exists() or Path(arg).is_dir():
         return _build([arg], storage)
     doc = read_json(arg, "benchmark file", ReportInputError, "pass a saved run or a report's benchmark.json")
@@ -82,10 +82,6 @@ def _load_doc(arg: str, storage: str) -> dict:
 
 def _side_by_side(docs: list[dict], sources: list[str], root: str) -> int:
     """Runs of several models: one report per model and the comparison page (report.models)."""
-    from pathlib import Path
-
-    from ..prepare.artifacts import write_atomic
-
     reports, cmp = compare_models(docs, sources)
     base = Path(root) / "models"
     for doc, m in zip(reports, cmp["models"]):
@@ -141,8 +137,6 @@ def _gate(argv: list[str]) -> int:
 
 
 def _compare(argv: list[str]) -> int:
-    from .compare import compare, write_compare
-
     a = _pair_parser("compare", out=True).parse_args(argv)
     out = write_compare(_judged(a, compare), a.out)
     print(out / "compare.html")

@@ -18,11 +18,13 @@ from typing import Any
 
 from ..bench.costmodel import unexplained_overhead
 from ..bench.stats import median_interval, quartiles
-from ..errors import DFlashError
+from ..errors import ReportInputError
 from ..options import option
+from ..safeio import read_json
 from .costs import apply_cost_model
 from .goals import goals
 from .headline import headline
+from .match import require_same_setup, saved_setup
 from .ranking import build_ranking, truncate_raced
 
 SCHEMA = "dflash-mini-lab/benchmark"
@@ -46,10 +48,6 @@ def _is_activity(v) -> bool:
             and _is_int(v.get("net")) and v.get("status") in ACTIVITY_STATUS)
 
 
-class ReportInputError(DFlashError):
-    """A saved benchmark file cannot be turned into a report."""
-
-
 def _reject_nan(obj: Any, where: str) -> None:
     if isinstance(obj, float) and not math.isfinite(obj):
         raise ReportInputError(f"{where}: non-finite number {obj!r}; re-run the benchmark (NaN is not JSON)")
@@ -66,8 +64,6 @@ def _reject_nan(obj: Any, where: str) -> None:
 def load_saved(path: str | Path) -> dict:
     """Read one saved pytest-benchmark JSON file strictly (UTF-8, no NaN, bounded size and nesting, lab fields
     present and typed)."""
-    from ..safeio import read_json
-
     p = Path(path)
     doc = read_json(p, "saved run", ReportInputError, "pass a JSON file written by pytest --benchmark-autosave or "
                     "--benchmark-json")
@@ -246,8 +242,6 @@ def check_poolable(docs: list[dict], sources: list[str]) -> None:
         if w != w0:
             raise ReportInputError(f"{sources[0]} and {src} ran different workloads ({w0} vs {w}); pool only runs "
                                    "with the same --bench-tokens, --bench-prompts and --smoke")
-        from .match import require_same_setup, saved_setup
-
         require_same_setup(saved_setup(docs[0]), saved_setup(doc), (sources[0], src),
                            "a report pools the rounds of the same cases only")
 

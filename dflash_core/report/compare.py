@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..store.artifacts import write_atomic
+from .compare_page import render_compare
 from .gate import EXIT_CODES, GateConfig, RunSupport, judge
 
 COMPARE_SCHEMA = "dflash-mini-lab/compare"
@@ -79,9 +81,6 @@ def compare(base: dict, new: dict, cfg: GateConfig | None = None, names: tuple[s
 
 def write_compare(doc: dict, out: str | Path) -> Path:
     """DIR/compare.json and DIR/compare.html, each rendered in full first and written atomically."""
-    from ..prepare.artifacts import write_atomic
-    from .compare_page import render_compare
-
     out = Path(out)
     files = {"compare.json": (json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n").encode(),
              "compare.html": render_compare(doc).encode("utf-8")}

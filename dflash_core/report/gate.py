@@ -23,11 +23,13 @@ or a threshold that is not a finite fraction is a `ReportInputError` (exit 2), n
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import ReportInputError
 from ..safeio import finite
-from .build import ReportInputError
+from .match import report_setup, require_same_setup
 
 OK, REGRESSION, NOT_JUDGED, INCONCLUSIVE = "ok", "regression", "not judged", "inconclusive"
 NO_REGRESSION = "no regression"
@@ -56,8 +58,6 @@ class GateConfig:
 
 def threshold(text: str) -> float:
     """argparse type of the gate's thresholds: a finite fraction in [0, 1]."""
-    import argparse
-
     try:
         v = float(text)
     except ValueError as exc:
@@ -208,8 +208,6 @@ def judge(base: dict, new: dict, cfg: GateConfig | None = None,
     cfg.check()
     check_document(base, names[0], need_cases=True)
     check_document(new, names[1], need_cases=False)
-    from .match import report_setup, require_same_setup
-
     require_same_setup(report_setup(base), report_setup(new), names, "the gate cannot pair their cases")
     sides = (support(base, names[0]), support(new, names[1]))
     rows = [judge_row(mid, w, b, (new["methods"].get(mid) or {}).get("rows", {}).get(w), sides, cfg)

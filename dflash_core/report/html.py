@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import html
 import json
+import re
 
 from . import plots
+from .headline import headline
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:0;background:#0f1419;color:#e6e6e6}
@@ -162,8 +164,6 @@ def _schedule_note(st: dict) -> str:
 def _coverage(label) -> str:
     """An interval's label in a table cell: its coverage alone ("95 %", "75 %"), the whole label as a tooltip, so
     eight columns fit a laptop screen ("min-max of 3 rounds (covers the median with 75.0 %)" did not)."""
-    import re
-
     text = str(label or "")
     if not text:
         return ""
@@ -213,8 +213,6 @@ def noise_banner(doc: dict) -> str:
 
 def headline_html(doc: dict) -> str:
     """The finding in one sentence (report.headline) and what the run lacks, first on both pages."""
-    from .headline import headline
-
     lim = doc.get("limitations") or []
     more = ("<ul class=muted id=limitations>" + "".join(f"<li>{_e(x)}</li>" for x in lim) + "</ul>") if lim else ""
     return f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}"

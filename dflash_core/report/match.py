@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .build import ReportInputError
+from ..errors import ReportInputError
 
 # What a refusal tells the user to do, by what differs.
 WIDTHS_FIX = "pin --bench-widths or --calibration-from RUN"

@@ -7,9 +7,15 @@ even with `-p no:benchmark`. `pytest_benchmark_update_json` fires once per outpu
 
 from __future__ import annotations
 
+import json
+import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from ..options import env_value
+from ..progress import eta_line
 
 SESSION_STASH = pytest.StashKey[object]()
 _WRITTEN = pytest.StashKey[bool]()
@@ -49,9 +55,7 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
     if config.stash.get(_WRITTEN, False):
         return
     config.stash[_WRITTEN] = True
-    import json
-
-    from .build import build_report
+    from .build import build_report  # lazy: scipy, only when a report is written
     from .write import write_report
 
     doc = build_report([json.loads(json.dumps(output_json, default=str))], ["this run"])
@@ -122,15 +126,9 @@ class Overall:
     extrapolates the elapsed time over the weight done, so it settles as the run goes."""
 
     def __init__(self, weights: dict[str, float]):
-        import time
-
         self.weights, self.finished, self.t0 = weights, set(), time.perf_counter()
 
     def done(self, nodeid: str) -> str:
-        import time
-
-        from ..progress import eta_line
-
         self.finished.add(nodeid)
         work = sum(self.weights[k] for k in self.finished)
         return "dflash " + eta_line("progress", len(self.finished), len(self.weights), time.perf_counter() - self.t0,
@@ -168,8 +166,6 @@ def pytest_collection_finish(session):
 
 def report_root(config) -> Path:
     """DFLASH_REPORTS, else reports/ in the pytest root (the repository)."""
-    from ..options import env_value
-
     reports = env_value("reports")
     return Path(reports) if reports else Path(str(config.rootpath)) / "reports"
 
@@ -178,7 +174,7 @@ def noise_warning(rounds: dict[str, list[float]], baseline_first: dict[str, list
                   threshold: float) -> str | None:
     """The stderr warning of the noise gate over a session's ranking rounds (case -> ratios against dflash; each
     round's leg order: True where dflash ran first), or None when the run was quiet (or has no ranking rounds)."""
-    from .ranking import noise_of_rounds
+    from .ranking import noise_of_rounds  # lazy: scipy, only when a report is written
 
     n = noise_of_rounds(rounds, threshold, baseline_first)
     if not n["noisy"]:
@@ -198,8 +194,6 @@ def session_rounds(sess) -> tuple[dict[str, list[float]], dict[str, list[bool]]]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    import sys
-
     sess = config.stash.get(SESSION_STASH, None)
     warning = None if sess is None else noise_warning(*session_rounds(sess), threshold=sess.cfg.noise_threshold)
     if warning:

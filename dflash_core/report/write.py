@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..prepare.artifacts import write_atomic
-from .build import DEVICE_RE, ReportInputError
+from ..errors import ReportInputError
+from ..store.artifacts import write_atomic
+from .build import DEVICE_RE
 from .html import render_index, render_report
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .. import DEFAULT_HUB_TARGET
 from ..errors import TargetNotFoundError
+from ..safeio import check_regular_file, read_json
+from ..store.artifacts import META_FILE, mini_target_dir
 
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja", "*.tiktoken"]
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
@@ -20,14 +23,10 @@ def resolve_target_source(target: str, home: str | Path | None = None) -> tuple[
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
-    from .. import DEFAULT_HUB_TARGET
-
     if not isinstance(target, str) or not target.strip():
         raise TargetNotFoundError("empty target name: use 'mini', a local checkpoint directory, or a hub id "
                                   f"such as {DEFAULT_HUB_TARGET}")
     if target == "mini":
-        from ..prepare.artifacts import mini_target_dir
-
         return "mini", str(mini_target_dir(home))
     p = Path(target).expanduser()
     if p.is_dir():
@@ -65,9 +64,6 @@ def _hub_snapshot(repo_id: str, revision: str | None) -> Path:
 def _checkpoint_meta(where: Path, error) -> dict:
     """Facts the checkpoint states about itself: the lab's mini target (and any copy of it) carries
     mini_target_meta.json, whose prompt family is 'code' (its corpus is Python source)."""
-    from ..prepare.minitarget import META_FILE
-    from ..safeio import read_json
-
     path = where / META_FILE
     if not path.exists():
         return {"family": None, "mini_corpus_files": None, "mini_seed": None}
@@ -98,8 +94,6 @@ def check_checkpoint(where: Path, error) -> dict:
     """What can be checked of a checkpoint directory without loading it: every file transformers may open is a
     regular file (a FIFO or a link to /dev/zero hangs the loader), config.json is bounded JSON, asks for no code
     of its own (`auto_map`: refused, as the README says, whatever the weights) and for a model of sane size."""
-    from ..safeio import check_regular_file, read_json
-
     fix = f"restore the checkpoint in {where} (files must be plain files)"
     for p in sorted(where.iterdir()):
         if p.name.endswith(CHECKPOINT_SUFFIXES):

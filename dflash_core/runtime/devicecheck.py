@@ -8,12 +8,11 @@ without CUDA is an error (DeviceError), never a CPU fallback.
 from __future__ import annotations
 
 from ..errors import DeviceError
+from .device import resolve_device
 
 
 def device_check(device: str = "cuda", size: int = 512, seed: int = 0) -> dict:
     import torch
-
-    from .device import resolve_device
 
     info: dict = {"torch": torch.__version__, "cuda_build": torch.version.cuda,
                   "cuda_available": torch.cuda.is_available(), "cpu_threads": torch.get_num_threads()}

@@ -1,4 +1,4 @@
-"""Execution paths for the target's linear layers (issue 8: the same path for `normal` and every method).
+"""Execution paths for the target's linear layers (the same path for `normal` and every method).
 
 * `eager`: transformers as loaded (ATen's default fp32/bf16 GEMM).
 * `onednn`: every `nn.Linear` (projections, MLP, LM head) swapped for torch's own prepacked oneDNN linear

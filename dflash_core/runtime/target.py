@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInputError, TargetNotFoundError
+from ..errors import ArtifactError, BadInputError, TargetNotFoundError
+from ..store.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
 from .checkpoint import _checkpoint_meta, _hub_snapshot, _load_model, _load_tokenizer, resolve_target_source
 from .device import resolve_device, resolve_dtype
+from .kernels import apply_kernels, resolve_kernels
 
 ROLLBACKS = ("exact", "kv_only")
 
@@ -250,9 +252,6 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     """
     import torch
 
-    from ..errors import ArtifactError
-    from ..prepare.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
-
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype, dev)
     kind, where = resolve_target_source(target, home)
@@ -279,8 +278,6 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
         model = _load_model(path, error)
         model.eval()
         tok = _load_tokenizer(path, error)
-    from .kernels import apply_kernels, resolve_kernels
-
     rt = TargetRuntime(model=model, device=torch.device("cpu"), dtype=torch.float32, name=target, tokenizer=tok,
                        cached=cached, source=where)
     ident = compute_identity(model, tok, target)  # at float32, before any cast or kernel repacking
@@ -348,6 +345,13 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
     hidden = torch.cat(hid, dim=1) if taps else None
     tops = (torch.stack(top_v, 1), torch.stack(top_i, 1)) if top_k else None
     return torch.cat(cols, dim=1).tolist(), hidden, tops
+
+
+def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) -> Any:
+    """Hidden-state taps of every row of `seq` from one forward (the rows training and the fits feed the drafter)."""
+    sess = rt.session(recording=False)
+    out = sess.prefill(list(seq), taps=taps)
+    return out.hidden.detach().cpu()
 
 
 def batch_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int]) -> list[Any]:

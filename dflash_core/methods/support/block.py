@@ -9,6 +9,7 @@ from typing import Any
 from ...runtime.decode import Proposal
 from ...runtime.device import synchronize
 from ...runtime.drafter import DraftState
+from .common import top2
 
 
 class BlockProposer:
@@ -59,8 +60,6 @@ class Top2Proposer(BlockProposer):
     """
 
     def propose(self, prefix: list[int], k: int) -> Proposal:
-        from .common import top2
-
         t0 = time.perf_counter()
         logits, _ = self.draft(prefix)
         ids_t, vals_t = top2(logits)

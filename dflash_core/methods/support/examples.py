@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ...prepare.train import trajectory_taps
 from ...progress import logged
 from ...runtime.drafter import DraftState
+from ...runtime.target import trajectory_taps
 from .common import topk_tensors
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class DraftExamples:
 def target_rows(rt, seq: Sequence[int], taps: Sequence[int], with_logits: bool):
     """(taps [T, F], target logits [T, V] float32 or None) of every row of `seq` from ONE uncached forward.
 
-    Bit for bit what `train.trajectory_taps` and a separate logits forward give (tests check it), at half
+    Bit for bit what `target.trajectory_taps` and a separate logits forward give (tests check it), at half
     the target forwards.
     """
     if not with_logits:

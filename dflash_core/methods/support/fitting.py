@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...prepare.artifacts import tensor_bytes
+from ...progress import logged
 from ...runtime.drafter import parameter_count
+from ...store.artifacts import tensor_bytes
 from .examples import DraftExamples, draft_examples
 
 log = logging.getLogger(__name__)
@@ -167,8 +168,6 @@ def head_batches(train_idx: torch.Tensor, steps: int, seed: int, size: int = 64)
 def train_steps(params, loss_of, row_batches, *, lr: float = 3e-3, weight_decay: float = 0.0,
                 clip: float | None = None) -> list[float]:
     """AdamW over `row_batches`; `loss_of(rows)` returns the loss (None skips the batch). Returns the losses."""
-    from ...progress import logged
-
     params = list(params)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     losses = []

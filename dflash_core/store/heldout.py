@@ -27,15 +27,12 @@ only the family a run uses: the family is a prepare option, and a wrong choice m
 
 from __future__ import annotations
 
-import logging
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import BadInputError
-
-log = logging.getLogger(__name__)
 
 N_UNITS = 8
 UNIT_RULE = r"NFKC + casefold, units = \w+ runs and single punctuation characters, n = 8"
@@ -76,13 +73,6 @@ def held_out(prompts: Iterable[str], n: int = N_UNITS) -> HeldOut:
         for g in grams_of(p, n):
             grams.setdefault(g, p)
     return HeldOut(grams, n)
-
-
-def shipped_held_out() -> HeldOut:
-    """Every benchmark and calibration prompt of every family shipped in `data/prompts.json`."""
-    from .data import load_all_families
-
-    return held_out(p for ps in load_all_families() for p in ps.benchmark + ps.calibration)
 
 
 def leaks(text: str, held: HeldOut) -> list[Gram]:
@@ -143,19 +133,3 @@ def decoder_of(rt) -> Callable[[Sequence[int]], str] | None:
 
 
 NO_TEXT_REASON = "the target has no tokenizer: its train seeds are seeded random ids, which have no text to check"
-
-
-def check_sequences(rt, seqs: Sequence[Sequence[int]], consumer: str, held: HeldOut | None = None,
-                    fix: str = "train on clean trajectories: prepare drops the ones that leak") -> bool:
-    """Refuse token sequences (teacher trajectories) whose decoded text leaks a held-out prompt.
-
-    The one check drafter training and every fitter run. Returns False (and logs why) when the target has
-    no tokenizer, True when the sequences were checked and are clean.
-    """
-    decode = decoder_of(rt)
-    if decode is None:
-        log.debug("%s: held-out check skipped: %s", consumer, NO_TEXT_REASON)
-        return False
-    check_clean([decode(list(s)) for s in seqs], held if held is not None else shipped_held_out(), consumer,
-                names=[f"trajectory {i}" for i in range(len(seqs))], fix=fix)
-    return True

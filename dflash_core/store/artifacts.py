@@ -13,20 +13,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import platform
 import re
 import secrets
+import sys
 import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArtifactError
+from filelock import FileLock, Timeout
+
+from .. import __version__
+from ..errors import ArtifactError, BadInputError
+from ..options import env_value
+from ..safeio import read_json
+from .journal import recover_imports
 
 MANIFEST = "manifest.json"
 TARGET_MANIFEST = "target_manifest.json"  # inside a built target directory (the mini target)
+META_FILE = "mini_target_meta.json"  # the mini target (and any copy of it) says what it is: prompt family, corpus
 LOCK_FILE = ".prepare.lock"
 FORMAT_VERSION = 1
 # What a manifest's target identity must match for the artifacts to belong to a runtime (content, not names).
@@ -36,15 +45,11 @@ IDENTITY_KEYS = ("content_sha256", "config_sha256", "weights_sha256", "tokenizer
 
 def dflash_home(home: str | Path | None = None) -> Path:
     """DFLASH_HOME, default ~/.cache/dflash-mini-lab."""
-    from ..options import env_value
-
     return Path(home if home is not None else env_value("home")).expanduser()
 
 
 def check_home(home: str | Path | None = None) -> Path:
     """The home, refused up front when it (or a folder above it) exists and is not a directory."""
-    from ..errors import BadInputError
-
     d = dflash_home(home)
     for p in [d, *d.parents]:
         if p.exists():
@@ -58,8 +63,6 @@ def check_home(home: str | Path | None = None) -> Path:
 def mini_target_dir(home: str | Path | None = None, seed: int | None = None) -> Path:
     """The mini target's folder: targets/mini for the standard build, targets/mini-seed-N for the one trained with
     seed N (`seed`, else DFLASH_MINI_SEED), so independent mini targets never share a folder in one home."""
-    from ..options import env_value
-
     seed = env_value("mini_seed") if seed is None else seed
     return dflash_home(home) / "targets" / ("mini" if seed is None else f"mini-seed-{int(seed)}")
 
@@ -258,6 +261,13 @@ def home_lock_path(home: str | Path | None = None) -> Path:
     return Path(os.path.abspath(dflash_home(home) / LOCK_FILE))
 
 
+def _rank() -> int:
+    """This process's rank in a torchrun group, 0 outside one. Only `prepare.distributed` joins a group, and it
+    has imported torch by then, so a process without torch loaded is rank 0 (the lock need not import torch)."""
+    d = sys.modules.get("torch.distributed")
+    return d.get_rank() if d is not None and d.is_available() and d.is_initialized() else 0
+
+
 _LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held (recovery runs at depth 1 only)
 
 
@@ -265,17 +275,11 @@ _LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held
 def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     """Hold the home's lock (reentrant in one thread). A second process or thread waits for the holder,
     so a reader never sees a half-rewritten home and never races a rebuild. The outermost holder first repairs
-    what a killed `import` left (`bundle.recover_imports`), so no command sees a home without its artifacts.
+    what a killed `import` left (`journal.recover_imports`), so no command sees a home without its artifacts.
 
     In a torchrun group only rank 0 takes it: it holds it for the group (the other ranks write nothing and
     read only after a barrier that follows rank 0's writes), so ranks never wait on each other's lock."""
-    import logging
-
-    from filelock import FileLock, Timeout
-
-    from .distributed import rank
-
-    if rank() > 0:
+    if _rank() > 0:
         yield
         return
 
@@ -300,8 +304,6 @@ def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     depth[key] = depth.get(key, 0) + 1
     try:
         if depth[key] == 1:  # the outermost holder: nothing else of this home is in progress
-            from .bundle import recover_imports
-
             recover_imports(path.parent)  # an import a kill interrupted is finished or undone first
         yield
     finally:
@@ -332,8 +334,6 @@ def versions() -> dict:
     import torch
     import transformers
 
-    from .. import __version__
-
     return {"dflash_core": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "numpy": numpy.__version__, "python": platform.python_version()}
 
@@ -351,8 +351,6 @@ def write_manifest(directory: Path, identity: dict, files: dict[str, dict], extr
 
 def _load_manifest_doc(mpath: Path, fix: str, what: str) -> dict:
     """Parse a manifest and check its shape: valid JSON of the wrong shape is corruption, not a crash."""
-    from ..safeio import read_json
-
     doc = read_json(mpath, what, ArtifactError, fix)  # a regular file, bounded size and nesting, no NaN
     if not isinstance(doc, dict):
         raise ArtifactError(f"{mpath} is not a {what} (a JSON object was expected, found "

@@ -1,16 +1,21 @@
 """Prompt sets shipped with the lab: train seeds, calibration prompts, benchmark prompts (disjoint).
 
-Disjoint in the sense of the held-out guard (`dflash_core.prepare.heldout`): no two splits share a normalised
+Disjoint in the sense of the held-out guard (`dflash_core.store.heldout`): no two splits share a normalised
 8-unit n-gram (a prompt shorter than 8 units counts as one n-gram), not merely unequal strings.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
 from ...errors import BadInputError
+from ..heldout import NO_TEXT_REASON, HeldOut, check_clean, decoder_of, held_out
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "calibration", "benchmark")
 
@@ -26,8 +31,6 @@ class PromptSet:
 def check_disjoint(sets: dict[str, tuple[str, ...]]) -> None:
     """Held-out discipline (docs/design.md §6): no two splits share a normalised n-gram, checked both ways
     (a short prompt of either split counts as one n-gram), through the one guard."""
-    from ..heldout import check_clean, held_out
-
     names = list(sets)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -47,6 +50,16 @@ def load_all_families() -> list[PromptSet]:
     return [_prompt_set(name, fams[name]) for name in sorted(fams)]
 
 
+def shipped_held_out() -> HeldOut:
+    """Every benchmark and calibration prompt of every family shipped in `prompts.json`."""
+    return held_out(p for ps in load_all_families() for p in ps.benchmark + ps.calibration)
+
+
+def read_shipped(name: str) -> str:
+    """A text file shipped beside the prompts (the English seed corpus)."""
+    return resources.files(__package__).joinpath(name).read_text("utf-8")
+
+
 def load_prompts(family: str) -> PromptSet:
     fams = _families()
     if family not in fams:
@@ -62,8 +75,22 @@ def _prompt_set(family: str, f: dict) -> PromptSet:
 
 def refuse_benchmark(prompts, family: str, purpose: str) -> None:
     """Calibration calls this: no prompt it is given may share an n-gram with a benchmark prompt (the guard)."""
-    from ..heldout import check_clean, held_out
-
     check_clean(list(prompts), held_out(load_prompts(family).benchmark), f"{purpose} (benchmark prompts are held out)",
                 names=[f"prompt {p!r}" for p in prompts],
                 fix="use the calibration or train prompts, never a benchmark prompt or a variant of one")
+
+
+def check_sequences(rt, seqs: Sequence[Sequence[int]], consumer: str, held: HeldOut | None = None,
+                    fix: str = "train on clean trajectories: prepare drops the ones that leak") -> bool:
+    """Refuse token sequences (teacher trajectories) whose decoded text leaks a held-out prompt.
+
+    The one check drafter training and every fitter run; `held` defaults to the shipped prompts. Returns False
+    (and logs why) when the target has no tokenizer, True when the sequences were checked and are clean.
+    """
+    decode = decoder_of(rt)
+    if decode is None:
+        log.debug("%s: held-out check skipped: %s", consumer, NO_TEXT_REASON)
+        return False
+    check_clean([decode(list(s)) for s in seqs], held if held is not None else shipped_held_out(), consumer,
+                names=[f"trajectory {i}" for i in range(len(seqs))], fix=fix)
+    return True
