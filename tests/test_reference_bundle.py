@@ -7,6 +7,7 @@ import gzip
 import io
 import json
 import logging
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -86,7 +87,8 @@ def _fake_build(built):
     def build(d, *cfg, progress=True):
         built.append(Path(d))
         d = Path(d)
-        d.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(d, ignore_errors=True)  # a build replaces the folder (build_mini_target moves files in)
+        d.mkdir(parents=True)
         (d / "config.json").write_text("{}")
         from dflash_core.prepare.artifacts import write_target_manifest
 
