@@ -395,9 +395,12 @@ def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
 
 
 def _export_mini_seed(a) -> None:
-    """--mini-seed reaches every mini_target_dir and the child pytest of `bench` as DFLASH_MINI_SEED."""
+    """--mini-seed reaches every mini_target_dir and the child pytest of `bench` as DFLASH_MINI_SEED (and
+    --rebuild-mini prepare's ensure_target as DFLASH_REBUILD_MINI)."""
     if getattr(a, "mini_seed", None) is not None:
         os.environ["DFLASH_MINI_SEED"] = str(a.mini_seed)
+    if getattr(a, "rebuild_mini", None):  # read by prepare's ensure_target, like the seed
+        os.environ["DFLASH_REBUILD_MINI"] = "1"
 
 
 def _dispatch(a) -> int:

@@ -152,6 +152,12 @@ OPTIONS: tuple[Option, ...] = (
            "artifact key); recorded in the target's metadata and benchmark.json", type=int, minimum=0,
            cli="--mini-seed", default_text="none: the standard mini target (training seed 1234, targets/mini)",
            commands=RUNS + ("bench", "export")),
+    # The standard mini target is the shipped reference bundle (reference/); this builds it on this machine instead.
+    Option("rebuild_mini", "DFLASH_REBUILD_MINI", False, "build the standard mini target on this machine (its own "
+           "weights: they depend on the CPU's kernels) instead of importing the shipped reference bundle "
+           "(reference/mini.dflash-bundle.tar.gz) into a home that has none; also rebuilds a present one",
+           type=_flag, cli="--rebuild-mini", default_text="0: import the reference bundle",
+           commands=("prepare", "bench")),
     Option("train_data", "DFLASH_TRAIN_DATA", None, "training text prepare cuts the train seeds from: a UTF-8 text "
            "file, a folder of them, a JSONL file with a text field per line, a datasets save_to_disk folder, or a "
            "datasets hub id from its local cache", cli="--train-data",
@@ -248,7 +254,8 @@ def add_cli_option(parser, name: str, **overrides: Any) -> None:
     o = BY_NAME[name]
     shown = o.default_text or o.default
     env = f"; env {o.env}" if o.env else ""
-    parser.add_argument(o.cli, dest=o.name, default=None, type=o.argparse_type(),
+    kind = {"action": "store_const", "const": True} if o.type is _flag else {"type": o.argparse_type()}
+    parser.add_argument(o.cli, dest=o.name, default=None, **kind,  # a flag option takes no value (`--rebuild-mini`)
                         help=overrides.pop("help", f"{o.help} (default {shown}{env})"), **overrides)
 
 

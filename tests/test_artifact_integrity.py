@@ -227,7 +227,8 @@ def test_prepare_rebuilds_a_damaged_mini_target(mini_home, tmp_path, monkeypatch
 
     home = _damaged(mini_home, tmp_path, "model.safetensors", _flip)
     built = []
-    monkeypatch.setattr(mt, "build_mini_target", lambda d, *cfg, progress=True: built.append(Path(d)))
+    monkeypatch.setenv("DFLASH_REBUILD_MINI", "1")  # a local build; without it the shipped reference is imported
+    monkeypatch.setattr(prep, "build_mini_target", lambda d, *cfg, progress=True: built.append(Path(d)))
     with caplog.at_level(logging.INFO, logger="dflash_core"):
         prep.ensure_target("mini", home, refresh=False, progress=False)
     assert built == [home / "targets" / "mini"]

@@ -28,6 +28,7 @@ def test_the_seed_reaches_the_build(monkeypatch, tmp_path):
     monkeypatch.setenv("DFLASH_MINI_SEED", "2")
     pipeline.ensure_target("mini", tmp_path, refresh=False, progress=False)
     monkeypatch.delenv("DFLASH_MINI_SEED")
+    monkeypatch.setenv("DFLASH_REBUILD_MINI", "1")  # the standard seed built here, not the shipped reference
     pipeline.ensure_target("mini", tmp_path, refresh=False, progress=False)
     assert built == [(tmp_path / "targets" / "mini-seed-2", 2), (tmp_path / "targets" / "mini", 1234)]
 

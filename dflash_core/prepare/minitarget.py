@@ -35,6 +35,7 @@ greedy continuations are plausible transformers code.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -93,6 +94,10 @@ class MiniTargetConfig:
     # lab's rule (runtime/precision.py: on where native, off where torch would emulate it); True where bf16 would
     # be emulated is refused. build_mini_target records the resolved value in the metadata.
     autocast_bf16: bool | None = None
+    # The precision the weights are stored in. The model IS the rounded weights: they are rounded before anything
+    # reads them (demo samples, prepare's teacher, drafter and fits) and loaded as float32, so a bf16 file holds
+    # the whole model exactly in half the bytes (the shipped reference bundle, docs/mini-target.md).
+    store_dtype: str = "bfloat16"
 
 
 # --------------------------------------------------------------------------------------- corpus
@@ -317,7 +322,8 @@ def train_model(
 def build_mini_target(
     out_dir: str | Path, cfg: MiniTargetConfig = MiniTargetConfig(), progress: bool = True
 ) -> dict[str, Any]:
-    """Train tokenizer + model and `save_pretrained` both into out_dir (fp32, safetensors).
+    """Train tokenizer + model and `save_pretrained` both into out_dir (safetensors in cfg.store_dtype, bf16 by
+    default: the weights are rounded once, right after training, and every later reader sees the rounded values).
 
     Returns metadata (also written to out_dir/mini_target_meta.json) so a run can be audited:
     config, steps, final loss (mean of the last 20 steps), wall seconds, parameter count, corpus
@@ -331,6 +337,7 @@ def build_mini_target(
     check_corpus(texts, [p.name for p in corpus_files(cfg)])
     tokenizer = train_tokenizer(texts, cfg)
     model, stats = train_model(tokenizer, texts, cfg, progress=progress)
+    round_weights(model, cfg.store_dtype)
     with _torch_threads(cfg.threads):
         samples = {p: _greedy(model, tokenizer, p, 48) for p in DEMO_PROMPTS}
     meta: dict[str, Any] = {
@@ -358,7 +365,7 @@ def build_mini_target(
     # Write into a sibling temp dir, then move files in with config.json last: callers treat
     # "config.json exists" as "target is built", so an interrupted build never looks complete.
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.tmp-") as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
+        _save_stored(model, tmp, cfg.store_dtype)
         tokenizer.save_pretrained(tmp)
         Path(tmp, META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         write_target_manifest(tmp)  # SHA-256 + size of every file: a flipped byte is refused at load
@@ -368,6 +375,31 @@ def build_mini_target(
         for name in [n for n in names if n != "config.json"] + ["config.json"]:
             shutil.move(str(Path(tmp, name)), str(out / name))
     return meta
+
+
+STORE_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def round_weights(model, store_dtype: str) -> None:
+    """Round every float weight to `store_dtype` and back to float32, in place: what is saved and what is used
+    afterwards are then the same numbers (bf16 and fp16 convert to fp32 exactly)."""
+    import torch
+
+    if store_dtype not in STORE_DTYPES:
+        raise BadInputError(f"store_dtype {store_dtype!r} is not one of {', '.join(STORE_DTYPES)}")
+    dt = getattr(torch, store_dtype)
+    with torch.no_grad():  # what is saved (parameters, persistent buffers); not rotary tables rebuilt at load
+        for t in model.state_dict().values():
+            if t.is_floating_point():
+                t.copy_(t.to(dt).float())
+
+
+def _save_stored(model, out: str | Path, store_dtype: str) -> None:
+    """save_pretrained in the storage dtype (a copy is cast: the caller's model keeps its float32 buffers). Its
+    values are already rounded (`round_weights`), so the cast loses nothing."""
+    import torch
+
+    copy.deepcopy(model).to(getattr(torch, store_dtype)).save_pretrained(out, safe_serialization=True)
 
 
 # ------------------------------------------------------------------------------------ sampling

@@ -49,6 +49,7 @@ from .drafter_format import drafter_digest, load_hf_drafter, mask_token_for, res
 from .minitarget import MiniTargetConfig, build_mini_target, check_corpus, corpus_texts
 from .minitarget import corpus_files as corpus_paths
 from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
+from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
 from .teacher import TeacherData, teacher_data
 from .train import TrainConfig, train_drafter
@@ -170,7 +171,9 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
     if target != "mini":
         return
     d = mini_target_dir(home)
-    if (d / "config.json").is_file() and not refresh:
+    # --rebuild-mini replaces the imported reference once; a target built here is kept (the flag stays idempotent)
+    local = env_value("rebuild_mini") and env_value("mini_seed") is None
+    if (d / "config.json").is_file() and not refresh and not (local and is_reference_build(d)):
         if not (d / TARGET_MANIFEST).is_file():
             _log(f"recording {TARGET_MANIFEST} for the mini target in {d} (built before target manifests existed)")
             write_target_manifest(d)
@@ -181,6 +184,13 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
         except ArtifactError as exc:
             log.warning("the mini target is damaged, rebuilding it: %s", exc)
     seed = env_value("mini_seed")
+    if seed is None and not env_value("rebuild_mini") and reference_bundle() is not None:
+        # the standard mini target is the shipped reference build, the same on every machine (prepare/reference.py)
+        _log(f"importing the shipped reference mini target and its artifacts from {reference_bundle()} (every file "
+             "checked by SHA-256 and size; --rebuild-mini builds one locally instead)")
+        got = import_reference(home)
+        _log(f"reference mini target installed in {got['target_dir']} (artifacts {Path(got['artifact_dir']).name})")
+        return
     cfg = MiniTargetConfig() if seed is None else MiniTargetConfig(seed=int(seed))
     _log(f"building the embedded mini target (training seed {cfg.seed}) into {d} (a few minutes on 2 cores)")
     build_mini_target(d, cfg, progress=progress)
