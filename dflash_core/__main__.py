@@ -371,8 +371,10 @@ def cmd_bench(a) -> int:
                   **_optional(revision=a.revision, drafter=a.drafter))
     check_bench_widths(Path(out), list(a.pytest_args))
     dev = a.device.split(":")[0]
+    # pytest-benchmark's own default storage (./.benchmarks/<machine>/), where `pytest-benchmark compare 0001 0002`
+    # and `python -m dflash_core.report 0001 0002` look: the README's compare block runs on these runs as written.
     args = [sys.executable, "-m", "pytest", str(bench_dir), "-p", "no:cacheprovider", "--benchmark-autosave",
-            f"--benchmark-storage=file://.benchmarks/{dev}", "--benchmark-columns=median,iqr,rounds",
+            "--benchmark-storage=file://.benchmarks", "--benchmark-columns=median,iqr,rounds",
             "--benchmark-sort=name"]
     args += [f"{options.option(name).pytest}={getattr(a, name)}" for name in BENCH_FORWARDED if name in explicit]
     if a.smoke:
