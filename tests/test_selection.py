@@ -1,4 +1,4 @@
-"""Selection of the fastest method (dflash_core.bench.selection: MCB with a bootstrap critical value), proved by
+"""Selection of the fastest method (dflash_core.stats.selection: MCB with a bootstrap critical value), proved by
 seeded simulations of the injected timing model (tests/timing.py) where the truth is known. Each test names the
 rule whose break makes it fail."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_core.bench import selection as sel
-from dflash_core.bench.stats import robust_noise
+from dflash_core.stats import selection as sel
+from dflash_core.stats.summary import robust_noise
 
 from .timing import LOADED, QUIET, TRUTH, draw_run, lfc_truth, ratios, true_best
 

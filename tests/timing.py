@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from dflash_core.bench.stats import MAD_TO_SD
+from dflash_core.stats.summary import MAD_TO_SD
 
 TRUTH_RATIOS = {"jump_mobs": 1.109, "mobs": 1.094, "bmobs": 1.050, "dspark_lite": 1.046, "act": 1.034,
                 "dflash2": 1.014, "fused_jump": 1.005, "dflash": 0.996, "boltzmann": 0.991, "v14": 0.990,

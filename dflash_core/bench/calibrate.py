@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..runtime.decode import greedy, speculative
+from ..stats.summary import median_iqr
 from .costmodel import (
     OBJECTIVE,
     ComponentCosts,
@@ -28,7 +29,6 @@ from .costmodel import (
     pooled_costs,
     target_costs,
 )
-from .stats import median_iqr
 
 
 @dataclass

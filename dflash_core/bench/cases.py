@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..runtime.decode import DecodeStats
 from ..runtime.device import torch_threads
+from ..stats.summary import median_iqr
 from .config import BASELINE
 from .costmodel import loop_block
 from .rounds import PairedRounds, comparison_rounds, decode_all, paired_rounds, verdict_fields, verdicts
-from .stats import median_iqr
 
 if TYPE_CHECKING:
     from .session import BenchSession

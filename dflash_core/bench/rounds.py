@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..runtime.device import synchronize
 from ..runtime.exactness import classify
-from .stats import median_iqr
+from ..stats.summary import median_iqr
 
 if TYPE_CHECKING:
     from .session import BenchSession

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.costmodel import unexplained_overhead
-from ..bench.stats import median_interval, quartiles
 from ..errors import DFlashError
 from ..options import option
+from ..stats.summary import median_interval, quartiles
 from .costs import apply_cost_model
 from .goals import goals
 from .headline import headline

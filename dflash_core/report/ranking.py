@@ -1,4 +1,4 @@
-"""The report's ranking: which rounds are ranked, the selection with its guarantee (bench/selection.py), the
+"""The report's ranking: which rounds are ranked, the selection with its guarantee (stats/selection.py), the
 run's noise figure, the ranking's own A/A (dflash against dflash) and the position effect of the leg order.
 
 Everything here is recomputed from the saved rows, so a saved run rebuilds with the code of the day; what an
@@ -11,8 +11,8 @@ import math
 import statistics
 
 from ..bench.config import BASELINE
-from ..bench.selection import NOT_FASTEST, RULE, adjusted_noise, rank
-from ..bench.stats import leading_width, median_interval
+from ..stats.selection import NOT_FASTEST, RULE, adjusted_noise, rank
+from ..stats.summary import leading_width, median_interval
 
 NOISE_FIGURE = "pooled robust SD (MAD x 1.4826, small-sample factor) of the ranked cases' per-round log ratios"
 

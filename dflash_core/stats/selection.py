@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from .stats import CONFIDENCE, MIN_LABELLED_N, SEED, consistency_factor, finite, pooled_mad_sd, residuals, robust_noise
+from .medians import MEMORY_BYTES, deviations
+from .summary import CONFIDENCE, SEED, finite, robust_noise
 
 RESAMPLES = 4000
 # The groups' indifference zone is r = max(user resolution, K_RESOLUTION * sigma / sqrt(n)). Why 2.5: the run-to-run
@@ -33,7 +34,6 @@ RESAMPLES = 4000
 # (sigma ~1.2 %, 16 rounds) it is 0.75 % and the user's 2 % governs; at the noise threshold (3 %) 1.9 %; loaded
 # (10 %) 6 %: a noisy run widens G1 by itself. It does not touch the guarantee, which holds for any r.
 K_RESOLUTION = 2.5
-MEMORY_BYTES = 50_000_000  # bound on the bootstrap's temporaries, whatever the number of rounds
 RULE = "mcb"  # benchmark.json `ranking.rule`
 SLOWER, NOT_FASTEST = "slower than the fastest by more than r", "not the fastest"
 
@@ -56,45 +56,6 @@ def fixed_design(per_case: Mapping[str, Sequence[float]], rounds: int) -> dict[s
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     return {k: [float(x) for x in list(v)[:rounds]] for k, v in per_case.items()}
-
-
-def boot_medians(pool: np.ndarray, n: int, size: int, rng: np.random.Generator) -> np.ndarray:
-    """`size` bootstrap medians of `n` draws with replacement from the sorted `pool`, in O(size) memory.
-
-    Why not resample: a saved run may carry a million rounds in a case. The k-th order statistic of n draws from
-    an empirical distribution of N points is pool[ceil(N U_(k)) - 1] with U_(k) ~ Beta(k, n - k + 1), so a median is
-    drawn exactly from one beta variate (two for even n: the next uniform order statistic is
-    U_(k) + (1 - U_(k)) Beta(1, n - k))."""
-    big = pool.size
-    m = (n + 1) // 2
-    u = rng.beta(m, n - m + 1, size=size)
-    lo = pool[np.clip(np.ceil(big * u).astype(np.int64) - 1, 0, big - 1)]
-    if n % 2:
-        return lo
-    u2 = u + (1.0 - u) * rng.beta(1, n - m, size=size)
-    return 0.5 * (lo + pool[np.clip(np.ceil(big * u2).astype(np.int64) - 1, 0, big - 1)])
-
-
-def _deviations(cases: list[np.ndarray], sigma: float, factor: float, resamples: int, seed: int,
-                heteroscedastic: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(bootstrap deviations th* - th, resamples x cases; each case's scale lambda). Case i's median is redrawn from
-    n_i draws of the pooled residuals, rescaled so their MAD-SD is the run's sigma, times lambda_i = max(1, own
-    MAD-SD / sigma) for cases of >= 6 rounds: a case noisier than the pool keeps its own width, none is made
-    narrower (without it, a 3x noisier best was in G1 in 82 % of runs instead of 98 %)."""
-
-    pool = np.sort(np.concatenate(residuals(cases))) * factor
-    centre = float(np.median(pool))
-    lam = np.ones(len(cases))
-    if heteroscedastic:
-        for t, a in enumerate(cases):
-            if a.size >= MIN_LABELLED_N:
-                own = pooled_mad_sd(residuals([a])) * consistency_factor([a.size], seed=seed)
-                lam[t] = max(1.0, own / sigma)
-    rng = np.random.default_rng(seed)
-    dev = np.empty((resamples, len(cases)))
-    for t, a in enumerate(cases):
-        dev[:, t] = lam[t] * (boot_medians(pool, int(a.size), resamples, rng) - centre)
-    return dev, lam
 
 
 def _critical_value(dev: np.ndarray, s_pair: np.ndarray, confidence: float) -> float:
@@ -149,7 +110,7 @@ def select_best(per_case_log_ratios: Mapping[str, Sequence[float]], resolution: 
     if m * m * 8 * 4 > MEMORY_BYTES:
         raise ValueError(f"{m} cases exceed the bootstrap's memory bound ({MEMORY_BYTES} bytes)")
     resamples = int(max(200, min(resamples, MEMORY_BYTES // (8 * m))))
-    dev, lam = _deviations(arrays, float(sigma), float(noise["factor"]), resamples, seed, heteroscedastic)
+    dev, lam = deviations(arrays, float(sigma), float(noise["factor"]), resamples, seed, heteroscedastic)
     se = np.maximum(dev.std(axis=0, ddof=1), 1e-12)
     s_pair = np.sqrt(se[:, None] ** 2 + se[None, :] ** 2)
     c = _critical_value(dev, s_pair, confidence) if simultaneous else float(sps.norm.ppf(1 - (1 - confidence) / 2))

@@ -1,5 +1,5 @@
 """The lab's statistics of one case and of one run: quartiles, order-statistic intervals of a median, one-sided
-limits for goals, and the run's noise figure. The selection of the best method is `bench/selection.py`.
+limits for goals, and the run's noise figure. The selection of the best method is `stats/selection.py`.
 
 Plain functions over the per-round ratios the benchmark saves (`speedup_rounds`, `vs_baseline_rounds`), so the
 report builder recomputes everything from saved runs and the benchmark, the calibration tables and the report
