@@ -386,12 +386,23 @@ def cmd_bench(a) -> int:
     written = root / dev / "benchmark.json"
     if written.is_file() and written.stat().st_mtime >= started - 1:
         print(f"report: {root / dev / 'index.html'} (report.html, benchmark.json)", file=sys.stderr)
+        sys.stderr.flush()
+        print(_headline_of(written))  # the answer, last: after pytest-benchmark's tables and the report's path
     else:
         print(f"no report was written (pytest exit {rc})", file=sys.stderr)
     if rc not in (0, 1):  # pytest's usage error, interruption or internal error: not a failed exactness gate
         raise BadInputError(f"the benchmark's pytest stopped with exit code {rc} before finishing: see its output "
                             "above")
     return rc
+
+
+def _headline_of(benchmark_json: Path) -> str:
+    """The report's one-sentence finding (benchmark.json `headline`), as the terminal's last line."""
+    from .safeio import read_json
+
+    doc = read_json(benchmark_json, "report", BadInputError, "rebuild it with python -m dflash_core.report SAVED")
+    text = doc.get("headline") if isinstance(doc, dict) else None
+    return f"dflash headline: {text}" if isinstance(text, str) else "dflash headline: none (the report has none)"
 
 
 def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:

@@ -183,7 +183,7 @@ def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_
     from dflash_core.bench.costmodel import OBJECTIVE
 
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
-    assert doc["schema_version"] == 7
+    assert doc["schema_version"] == 8
     for mid, m in doc["methods"].items():
         for w, r in m["rows"].items():
             assert r["model_speedup"] > 0 and r["measured_over_model"] == r["speedup"] / r["model_speedup"], (mid, w)
@@ -379,6 +379,9 @@ def test_cli_bench_runs_the_matrix_in_a_child_pytest(tiny_lab, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"report: {tmp_path / 'reports' / 'cpu' / 'index.html'}" in proc.stderr
     doc = json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())
+    # the terminal's last line is the answer, after pytest-benchmark's tables (stdout)
+    assert proc.stdout.rstrip().splitlines()[-1] == f"dflash headline: {doc['headline']}", proc.stdout[-2000:]
+    assert "-- benchmark" in proc.stdout.split("dflash headline: ")[0]
     assert set(doc["methods"]) == {"normal", "dflash"} and doc["exactness"]["all_exact"]
     saved = list((tmp_path / ".benchmarks").glob("*/0001_*.json"))  # pytest-benchmark's <machine>/ folder, as compare
     assert len(saved) == 1, "the run must be autosaved where `pytest-benchmark compare 0001` finds it"

@@ -26,7 +26,7 @@ from .headline import headline
 from .ranking import build_ranking, truncate_raced
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
 # else (a path such as "../../x") is refused rather than written outside the output folder.

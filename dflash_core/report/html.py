@@ -208,7 +208,7 @@ def noise_banner(doc: dict) -> str:
         return ""
     return (f"<div class=banner id=noise-banner><b>Noisy machine.</b> the ranking rounds' noise figure is "
             f"{_pct(n.get('sigma'))} (threshold {_pct(n.get('threshold'))}): the resolution widened to "
-            f"{_pct((doc.get('ranking') or {}).get('resolution_effective'))} and no single winner is named.</div>")
+            f"{_pct((doc.get('ranking') or {}).get('resolution_effective'))}, so only a lead beyond it names a winner.</div>")
 
 
 def headline_html(doc: dict) -> str:
@@ -218,17 +218,6 @@ def headline_html(doc: dict) -> str:
     lim = doc.get("limitations") or []
     more = ("<ul class=muted id=limitations>" + "".join(f"<li>{_e(x)}</li>" for x in lim) + "</ul>") if lim else ""
     return f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}"
-
-
-def leaders_text(doc: dict) -> str:
-    """'X' when the ranking names a single winner, else G1 (no single winner named)."""
-    win = doc.get("winner")
-    if win:
-        return _e(win["method"])
-    groups = doc.get("rank_groups") or []
-    if not groups:
-        return "–"
-    return "no single winner: G1 = " + ", ".join(_e(m) for m in groups[0])
 
 
 def activity_label(m: dict) -> str:
@@ -575,7 +564,7 @@ def _group_kpi(doc: dict) -> str:
     if doc.get("winner"):
         note = "the only method in G1: the single winner"
     elif len(g1) == 1:
-        note = "no single winner: the run is too noisy to name one"
+        note = "the only method in G1, though its lead over the next may be below the resolution r"
     else:
         note = f"no single winner: G1 = {len(g1)} methods this run cannot tell apart"
     long = " class=long" if len(g1) > 3 else ""

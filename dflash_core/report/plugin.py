@@ -184,8 +184,8 @@ def noise_warning(rounds: dict[str, list[float]], baseline_first: dict[str, list
     if not n["noisy"]:
         return None
     return (f"dflash WARNING: noisy machine: the ranking rounds' noise figure is {100 * n['sigma']:.1f} % (threshold "
-            f"{100 * n['threshold']:.1f} %, --bench-noise-threshold); the ranking's resolution widens with it and no "
-            "single winner is named")
+            f"{100 * n['threshold']:.1f} %, --bench-noise-threshold); the ranking's resolution widens with it, "
+            "so only a lead beyond that names a winner")
 
 
 def session_rounds(sess) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:

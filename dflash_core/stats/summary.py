@@ -66,12 +66,6 @@ def finite(xs: Iterable[float]) -> np.ndarray:
     return a[np.isfinite(a)]
 
 
-def log_ratios(ratios: Iterable[float]) -> np.ndarray:
-    """Log of the finite positive ratios (a round with a zero wall carries no ratio)."""
-    a = finite(ratios)
-    return np.log(a[a > 0])
-
-
 # --- one case: intervals and limits of a median ---------------------------------------------------------
 
 def median_interval(xs: Sequence[float], confidence: float = CONFIDENCE) -> dict:
