@@ -600,7 +600,7 @@ def test_every_plot_draws_every_value_of_benchmark_json():
     got = _svg_series(render_report(doc))
     want = expected_series(doc)
     assert set(got) == set(want) == {"plot-speedup-width", "plot-acceptance-position", "plot-verify-cost",
-                                     "plot-noise"}
+                                     "plot-noise", "plot-tokens-per-call"}
     for pid, series in want.items():
         assert set(got[pid]) == set(series), pid
         for name, ys in series.items():
@@ -659,3 +659,60 @@ def test_an_interval_cell_shows_its_coverage_and_keeps_the_label_as_a_tooltip():
     page = render_report(_rich())
     table = page.split("<table id=methods-table>", 1)[1].split("</table>", 1)[0]
     assert "covers the median with" not in re.sub(r'title="[^"]*"', "", table)  # only inside tooltips
+
+
+def _caption(page: str, plot_id: str) -> str:
+    import html as html_
+
+    fig = page.split(f'id="{plot_id}"', 1)[1].split("<figcaption class=muted>", 1)[1].split("</figcaption>", 1)[0]
+    return html_.unescape(fig)
+
+
+def test_each_caption_names_the_statistic_it_draws():
+    """Every caption says exactly what its interval is: the speedup whiskers and the oracle whiskers are the rows'
+    order-statistic intervals (their own labels, never "bootstrap"); the tokens-per-call figure says it has none; the
+    verify-cost curve is drawn only where the loop measured it and a measured oracle above the model bound is
+    explained; normal against itself is the A/A figure, not a speedup; the ranking sorts by the ranking statistic.
+    Breaks: a "95 % bootstrap" caption, the curve drawn at every width, normal's row shown as a speedup."""
+    from dflash_core.report import plots
+    from dflash_core.stats.summary import median_interval
+
+    doc = _rich()
+    page = render_report(doc)
+    assert "bootstrap CI" not in page and "bootstrap interval" not in page and "bootstrap confidence" not in page
+    labels = {r["speedup_ci_label"] for mid, m in doc["methods"].items() if mid != "normal" for r in m["rows"].values()}
+    assert labels == {median_interval([1.0] * 6)["label"]}  # 6 rounds each: one label, named in full
+    cap = _caption(page, "plot-speedup-width")
+    assert f"whisker: the order-statistic interval of the median: {labels.pop()}" in cap
+    assert "whisker: 95 % CI" in page.split('id="plot-speedup-width"', 1)[1].split("</svg>", 1)[0]
+    oracle = {r["speedup_ci_label"] for k, r in doc["references"].items() if k.startswith("oracle-w")}
+    assert oracle == {median_interval([1.0] * 5)["label"]} and oracle.pop() in _caption(page, "plot-verify-cost")
+    assert "no interval" in _caption(page, "plot-tokens-per-call")
+    tau = page.split('id="plot-tokens-per-call"', 1)[1].split("</svg>", 1)[0]
+    assert tau.count('class=pt ') == sum(len(m["rows"]) for mid, m in doc["methods"].items() if mid != "normal")
+    # the fitted verify curve at measured widths only; a measured oracle above the bound is explained
+    doc["methods"]["dflash"]["rows"]["3"]["loop_costs"] = {"verify": {"2": {"calls": 4, "median": 0.01},
+                                                                      "3": {"calls": 9, "median": 0.01}}}
+    doc["upper_bound_speedup"] = {**doc["upper_bound_speedup"], "3": 1.5}
+    page = render_report(doc)
+    assert plots.measured_verify_widths(doc) == [2, 3] and plots.bound_exceeded(doc) == [3]
+    vc = page.split('<svg id="plot-verify-cost"', 1)[1].split("</svg>", 1)[0]
+    left = vc.split('data-series="verify cost"', 1)[1].split("</g>", 1)[0]
+    assert left.count('class=pt ') == 2
+    cap = _caption(page, "plot-verify-cost")
+    assert "drawn only at the widths the loop timed (2, 3)" in cap
+    assert "At width 3 the measured oracle lies above" in cap
+    # normal against itself: the A/A figure
+    table = _Table(page)
+    normal = next(r for r in table.rows if r and r[0]["text"].endswith("normal"))
+    assert normal[3]["text"].startswith("A/A ") and "A/A" in _caption(page, "plot-noise")
+    assert 'data-series="normal vs normal"' in page.split('id="plot-noise"', 1)[1].split("</svg>", 1)[0]
+    # the ranking table's order: rank group, then the ranking statistic (vs dflash), normal last
+    from dflash_core.report.html import ranking_order
+
+    order = [mid for mid, _ in sorted(doc["methods"].items(), key=lambda kv: ranking_order(doc, kv))]
+    assert [r[0]["text"].split(" ", 1)[1] for r in table.rows if r] == order and order[-1] == "normal"
+    keys = [(m["best"]["rank_group"], -m["best"]["vs_baseline"]) for mid, m in doc["methods"].items()
+            if mid != "normal"]
+    assert [(doc["methods"][mid]["best"]["rank_group"], -doc["methods"][mid]["best"]["vs_baseline"])
+            for mid in order[:-1]] == sorted(keys)
