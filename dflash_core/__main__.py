@@ -459,5 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(_dispatch, a)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `dflash-lab` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

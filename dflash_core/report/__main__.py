@@ -32,9 +32,16 @@ from .runs import resolve_runs
 from .write import write_report
 
 
+def _version() -> str:
+    from .. import __version__
+
+    return f"dflash-mini-lab {__version__} (report schema {SCHEMA_VERSION})"
+
+
 def _report_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dflash_core.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=_version())
     ap.add_argument("saved", nargs="+", help="saved runs: file, run id (0001) or glob (pooled when several)")
     ap.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder searched for run ids")
     ap.add_argument("--out", default="reports", help="report root; files go to <out>/<device>/")
@@ -44,6 +51,7 @@ def _report_parser() -> argparse.ArgumentParser:
 def _pair_parser(cmd: str, out: bool = False) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=f"python -m dflash_core.report {cmd}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=_version())
     ap.add_argument("base", help="baseline: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("new", help="run to check: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("--storage", default=".benchmarks")
@@ -169,6 +177,9 @@ def main(argv: list[str] | None = None) -> int:
     input: one `error:` line
     (errors.guarded: unreadable or unwritable files, a full disk, hostile JSON included)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        print(_version())
+        return 0
     if argv[:1] == ["gate"]:
         return guarded(_gate, argv[1:])
     if argv[:1] == ["compare"]:
@@ -176,5 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(_report, argv)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `dflash-lab-report` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()
