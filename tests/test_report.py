@@ -119,7 +119,7 @@ def test_goals_are_computed_into_benchmark_json_and_rendered_from_it():
     assert "issue 8" not in page
 
 
-# --- pooling (issue 18.5) ------------------------------------------------------------------------------
+# --- pooling ------------------------------------------------------------------------------------------
 
 def _generate_row(speedup):
     return {"name": "test_reference[generate-cpu]", "fullname": "x", "stats": {},
@@ -220,7 +220,7 @@ def test_ambiguous_run_id_is_refused(tmp_path, monkeypatch, capsys):
     assert "ambiguous" in capsys.readouterr().err
 
 
-# --- hostile and malformed input (issue 19) --------------------------------------------------------------
+# --- hostile and malformed input ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("device", ["../../elsewhere", "/tmp/abs", "cpu/../../x", "cuda:0/.."])
 def test_device_names_cannot_move_the_report_out_of_its_folder(tmp_path, capsys, device):
@@ -287,7 +287,7 @@ def test_bad_report_input_is_a_clear_error_exit_2(tmp_path, capsys, raw, what):
     assert not (tmp_path / "r").exists()
 
 
-# --- the pages: escaping (issue 19.1) and what they say (issue 18.9) ------------------------------------
+# --- the pages: escaping and what they say ---------------------------------------------------------------
 
 class _Tags:
     """Every element and attribute the browser's parser would create."""

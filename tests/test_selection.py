@@ -42,7 +42,7 @@ def test_a_noisier_best_keeps_its_own_width():
 
 @pytest.mark.parametrize("sigma,tails", [(QUIET, "normal"), (LOADED, "normal"), (QUIET, "t3"), (QUIET, "contam")])
 def test_the_fastest_is_in_g1_at_the_labs_truths(sigma, tails):
-    """The session-8 truths, 16 rounds, r = 2 %: the true best (jump_mobs) is in G1 in >= 95 % of 100 runs."""
+    """The lab's measured truths, 16 rounds, r = 2 %: the true best (jump_mobs) is in G1 in >= 95 % of 100 runs."""
     assert _best_in_g1_rate(TRUTH, sigma, 16, tails, 100, 15, res=RES, k=sel.K_RESOLUTION) >= 0.95
 
 
