@@ -329,7 +329,7 @@ def verify_cost(doc: dict) -> str:
 def noise(doc: dict) -> str:
     """The A/A figure: every dflash-vs-dflash round at the ranking width (the ratio the selection compares, timed
     against itself) and, for runs before schema 7, their normal-vs-normal rounds, in the order timed, with a band
-    of ± the run's noise figure (the pooled robust SD of per-round log ratios that the noise gate reads)."""
+    of ± the run's noise figure (the pooled robust SD of per-round log ratios that the noise flag reads)."""
     pid, label = "plot-noise", "A/A rounds: identical work timed against itself"
     n = doc.get("noise") or {}
     aa = [x for x in (n.get("legacy_aa") or {}).get("rounds") or [] if _num(x)]
@@ -343,7 +343,7 @@ def noise(doc: dict) -> str:
     brow = ((doc.get("methods") or {}).get(base or "") or {}).get("rows", {}).get(str(w)) or {}
     bb = [x for x in brow.get("vs_baseline_rounds") or [] if _num(x)] if rk.get("statistic") == "vs_baseline" else []
     if not aa and not bb:
-        return _empty(pid, label, "this run timed no A/A rounds (it predates the noise gate)")
+        return _empty(pid, label, "this run timed no A/A rounds")
     sigma, th = n.get("sigma"), n.get("threshold")
     lo_b, hi_b = (math.exp(-sigma), math.exp(sigma)) if _num(sigma) else (1.0, 1.0)
     nmax = max(len(aa), len(bb))

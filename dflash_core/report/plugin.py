@@ -176,7 +176,7 @@ def report_root(config) -> Path:
 
 def noise_warning(rounds: dict[str, list[float]], baseline_first: dict[str, list[bool]] | None = None, *,
                   threshold: float) -> str | None:
-    """The stderr warning of the noise gate over a session's ranking rounds (case -> ratios against dflash; each
+    """The stderr warning of the noise flag over a session's ranking rounds (case -> ratios against dflash; each
     round's leg order: True where dflash ran first), or None when the run was quiet (or has no ranking rounds)."""
     from .ranking import noise_of_rounds
 
