@@ -191,7 +191,8 @@ OPTIONS: tuple[Option, ...] = (
     # simulated quiet runs (1 % noise) and above 6.3 % in loaded ones (10 %); real runs: 1.1-1.4 % quiet, 9.5 % loaded.
     Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.03, "noise flag: when the run's noise figure (the pooled "
            "robust SD of the ranking rounds' log ratios against dflash) exceeds this fraction, bench warns and the "
-           "pages show a banner (the noise already widens the ranking's resolution; it does not withhold a winner)", type=_fraction, pytest="--bench-noise-threshold",
+           "pages show a banner (the noise already widens the ranking's resolution; it does not withhold a "
+           "winner)", type=_fraction, pytest="--bench-noise-threshold",
            bench=True),
     # 2 %: on the lab's 2-core CPU a case's median against dflash moved by up to 1.0 % between two quiet runs
     # (docs/performance.md §12); pyperf's --min-speed and criterion's noise_threshold are the same idea. The
