@@ -145,7 +145,7 @@ def pytest_collection_modifyitems(session, config, items):
 @pytest.fixture(scope="session")
 def bench(request):
     """The shared BenchSession (target, artifacts, prompts, greedy outputs, calibration). The run's noise figure
-    comes from its own ranking rounds (dflash_core.bench.stats.robust_noise), not from extra A/A rounds."""
+    comes from its own ranking rounds (dflash_core.stats.summary.robust_noise), not from extra A/A rounds."""
     from dflash_core.bench.session import open_session
     from dflash_core.errors import DFlashError
     from dflash_core.report.plugin import SESSION_STASH

@@ -355,8 +355,10 @@ def cmd_bench(a) -> int:
                   **_optional(revision=a.revision, drafter=a.drafter))
     check_bench_widths(Path(out), list(a.pytest_args))
     dev = a.device.split(":")[0]
+    # pytest-benchmark's own default storage (./.benchmarks/<machine>/), where `pytest-benchmark compare 0001 0002`
+    # and `python -m dflash_core.report 0001 0002` look: the README's compare block runs on these runs as written.
     args = [sys.executable, "-m", "pytest", str(bench_dir), "-p", "no:cacheprovider", "--benchmark-autosave",
-            f"--benchmark-storage=file://.benchmarks/{dev}", "--benchmark-columns=median,iqr,rounds",
+            "--benchmark-storage=file://.benchmarks", "--benchmark-columns=median,iqr,rounds",
             "--benchmark-sort=name"]
     args += [f"{options.option(name).pytest}={getattr(a, name)}" for name in BENCH_FORWARDED if name in explicit]
     if a.smoke:
@@ -368,12 +370,21 @@ def cmd_bench(a) -> int:
     written = root / dev / "benchmark.json"
     if written.is_file() and written.stat().st_mtime >= started - 1:
         print(f"report: {root / dev / 'index.html'} (report.html, benchmark.json)", file=sys.stderr)
+        sys.stderr.flush()
+        print(_headline_of(written))  # the answer, last: after pytest-benchmark's tables and the report's path
     else:
         print(f"no report was written (pytest exit {rc})", file=sys.stderr)
     if rc not in (0, 1):  # pytest's usage error, interruption or internal error: not a failed exactness gate
         raise BadInputError(f"the benchmark's pytest stopped with exit code {rc} before finishing: see its output "
                             "above")
     return rc
+
+
+def _headline_of(benchmark_json: Path) -> str:
+    """The report's one-sentence finding (benchmark.json `headline`), as the terminal's last line."""
+    doc = read_json(benchmark_json, "report", BadInputError, "rebuild it with python -m dflash_core.report SAVED")
+    text = doc.get("headline") if isinstance(doc, dict) else None
+    return f"dflash headline: {text}" if isinstance(text, str) else "dflash headline: none (the report has none)"
 
 
 def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
@@ -426,5 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(_dispatch, a)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `dflash-lab` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

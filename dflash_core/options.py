@@ -191,15 +191,16 @@ OPTIONS: tuple[Option, ...] = (
            default_text="none: choose them on calibration prompts", commands=("bench",), bench=True),
     Option("seed", "DFLASH_BENCH_SEED", 0, "seed of the benchmark's case-order rotation", type=int, minimum=0,
            pytest="--bench-seed", bench=True),
-    # 3 %: the pooled robust SD of the ranking's per-round log ratios (bench/stats.robust_noise) stayed below 1.6 % in
+    # 3 %: the pooled robust SD of the ranking's per-round log ratios (stats/summary.robust_noise) stayed below 1.6 % in
     # simulated quiet runs (1 % noise) and above 6.3 % in loaded ones (10 %); real runs: 1.1-1.4 % quiet, 9.5 % loaded.
-    Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.03, "noise gate: when the run's noise figure (the pooled "
-           "robust SD of the ranking rounds' log ratios against dflash) exceeds this fraction, bench warns, the "
-           "pages show a banner and no single winner is named", type=_fraction, pytest="--bench-noise-threshold",
+    Option("noise_threshold", "DFLASH_NOISE_THRESHOLD", 0.03, "noise flag: when the run's noise figure (the pooled "
+           "robust SD of the ranking rounds' log ratios against dflash) exceeds this fraction, bench warns and the "
+           "pages show a banner (the noise already widens the ranking's resolution; it does not withhold a "
+           "winner)", type=_fraction, pytest="--bench-noise-threshold",
            bench=True),
     # 2 %: on the lab's 2-core CPU a case's median against dflash moved by up to 1.0 % between two quiet runs
     # (docs/performance.md §12); pyperf's --min-speed and criterion's noise_threshold are the same idea. The
-    # ranking widens it by itself on a noisy run (bench/selection.effective_resolution).
+    # ranking widens it by itself on a noisy run (stats/selection.effective_resolution).
     Option("resolution", "DFLASH_RESOLUTION", 0.02, "ranking resolution r: a single winner is named only when it is "
            "faster than every other method by more than this fraction (with 95 % confidence); a noisy run widens it "
            "to 2.5 x its noise figure / sqrt(rounds)", type=_fraction, pytest="--bench-resolution", bench=True),

@@ -1,8 +1,9 @@
 """Progress through `logging`: timestamped lines wherever a long step runs (CLI, pytest, a notebook).
 
-tqdm bars only reach a terminal and are off under pytest, so a ~9-minute prepare looked hung there. Every
-long loop also logs "desc: i/total" at INFO (at most every `every_s` seconds, and once when done), which
-`pytest --log-cli-level=INFO` shows live; the bar stays for interactive runs.
+One line per step, nowhere twice: every long loop logs "desc: i/total, elapsed, ~left" at INFO (at most every
+`every_s` seconds, and once when done), which the CLI prints to stderr and `pytest --log-cli-level=INFO` shows live.
+There is no tqdm bar beside it: a bar only reaches a terminal (it is off under pytest, where a ~9-minute prepare
+looked hung) and drawn beside the log line it said everything twice.
 """
 
 from __future__ import annotations
@@ -53,40 +54,27 @@ def eta_line(desc: str, done: int, total: int, elapsed: float, work_done: float,
 
 
 class Progress:
-    """A counter that logs `desc: done/total` every `every_s` seconds and when finished (plus an optional bar)."""
+    """A counter that logs `desc: done/total` every `every_s` seconds and when finished; with `show` False only the
+    final line (`prepare --no-progress`)."""
 
-    def __init__(self, desc: str, total: int, logger: logging.Logger, *, bar: bool = False, every_s: float = 20.0):
-        from tqdm.auto import tqdm
-
-        self.desc, self.total, self.log, self.every_s = desc, int(total), logger, every_s
+    def __init__(self, desc: str, total: int, logger: logging.Logger, *, show: bool = True, every_s: float = 20.0):
+        self.desc, self.total, self.log, self.every_s, self.show = desc, int(total), logger, every_s, show
         self.done, self.note = 0, ""
         self.t0 = self.last = time.perf_counter()
-        self.bar = tqdm(total=total, desc=desc, file=sys.stderr, leave=False) if bar else None
 
     def update(self, n: int = 1, note: str = "") -> None:
         self.done += n
         self.note = note or self.note
-        if self.bar is not None:
-            self.bar.update(n)
-            if note:
-                self.bar.set_postfix_str(note)
         now = time.perf_counter()
-        if self.done >= self.total or now - self.last >= self.every_s:
+        if self.done >= self.total or (self.show and now - self.last >= self.every_s):
             self.last = now
             self.log.info("%s%s", eta_line(self.desc, self.done, self.total, now - self.t0, self.done, self.total),
                           f" ({self.note})" if self.note else "")
 
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
-
-def logged(items: Iterable[T], desc: str, total: int, logger: logging.Logger, *, bar: bool = False) -> Iterator[T]:
-    """Iterate `items`, reporting progress through `logger` (and a tqdm bar when `bar`)."""
-    p = Progress(desc, total, logger, bar=bar)
-    try:
-        for x in items:
-            yield x
-            p.update()
-    finally:
-        p.close()
+def logged(items: Iterable[T], desc: str, total: int, logger: logging.Logger, *, show: bool = True) -> Iterator[T]:
+    """Iterate `items`, reporting progress through `logger` (every `every_s` seconds when `show`, and when done)."""
+    p = Progress(desc, total, logger, show=show)
+    for x in items:
+        yield x
+        p.update()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"]
-PLOT_IDS = ("plot-speedup-width", "plot-acceptance-position", "plot-verify-cost", "plot-noise")
+PLOT_IDS = ("plot-speedup-width", "plot-acceptance-position", "plot-tokens-per-call", "plot-verify-cost", "plot-noise")
 
 
 def chromium() -> str:

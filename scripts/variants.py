@@ -24,9 +24,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from dflash_core.bench.stats import median_iqr
 from dflash_core.errors import BadInputError
 from dflash_core.prepare.pipeline import PrepareConfig
+from dflash_core.stats.summary import median_iqr
 
 log = logging.getLogger(__name__)
 

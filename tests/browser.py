@@ -101,21 +101,28 @@ def expected_series(doc: dict) -> dict[str, dict[str, list[float]]]:
     field meanings (docs/report-schema.md), independently of dflash_core/report/plots.py."""
     ms = doc["methods"]
     spec = [mid for mid in ms if mid != "normal"]
+    measured = {int(k) for m in ms.values() for r in m["rows"].values()
+                for k, v in ((r.get("loop_costs") or {}).get("verify") or {}).items() if (v or {}).get("calls")}
+    normal_aa = list((((ms.get("normal") or {}).get("rows") or {}).get("0") or {}).get("speedup_rounds") or [])
     out = {
         "plot-speedup-width": {mid: [r["speedup"] for _, r in sorted(ms[mid]["rows"].items(),
                                                                      key=lambda kv: int(kv[0]))] for mid in spec},
         "plot-acceptance-position": {
             mid: list(ms[mid]["rows"][str(ms[mid]["best"]["width"])].get("per_position_acceptance") or [])
             for mid in spec},
+        "plot-tokens-per-call": {mid: [r["tokens_per_target_call"] for _, r in sorted(ms[mid]["rows"].items(),
+                                                                                    key=lambda kv: int(kv[0]))]
+                                 for mid in spec},
         "plot-verify-cost": {
-            "verify cost": [v for _, v in sorted((doc.get("verify_cost") or {}).get("ratio", {}).items(),
-                                                 key=lambda kv: int(kv[0]))],
+            # the fitted curve only at the widths the loop timed (rows' loop_costs.verify[k].calls > 0)
+            "verify cost": [v for w, v in sorted((doc.get("verify_cost") or {}).get("ratio", {}).items(),
+                                                 key=lambda kv: int(kv[0])) if not measured or int(w) in measured],
             "bound": [v for _, v in sorted((doc.get("upper_bound_speedup") or {}).items(), key=lambda kv: int(kv[0]))],
             "oracle": [r["speedup"] for _, r in sorted(((int(k[len("oracle-w"):]), r) for k, r in
                                                          (doc.get("references") or {}).items()
                                                          if k.startswith("oracle-w")), key=lambda kv: kv[0])]},
         "plot-noise": {"normal vs normal": list(((doc.get("noise") or {}).get("legacy_aa") or {}).get("rounds")
-                                                or [])},
+                                                or (normal_aa if len(normal_aa) >= 2 else []))},
     }
     rk = doc.get("ranking") or {}
     if rk.get("statistic") == "vs_baseline":

@@ -183,7 +183,7 @@ def test_every_case_carries_the_cost_model_and_each_width_its_calibration(smoke_
     from dflash_core.bench.costmodel import OBJECTIVE
 
     doc = json.loads((smoke_run["reports"] / "benchmark.json").read_text())
-    assert doc["schema_version"] == 7
+    assert doc["schema_version"] == 8
     for mid, m in doc["methods"].items():
         for w, r in m["rows"].items():
             assert r["model_speedup"] > 0 and r["measured_over_model"] == r["speedup"] / r["model_speedup"], (mid, w)
@@ -285,10 +285,12 @@ def _readme_flow() -> list[str]:
 
 
 def test_readme_compare_flow_runs_as_written_from_the_repo_root(tiny_lab, tmp_path):
-    """The design card's flow from a copy of the repository root: two autosaved runs (the second reusing the first's
-    widths and calibration), pytest-benchmark compare (which imports the root conftest.py), the pooled report, the
-    comparison page and the gate, each the README's own line (the benchmark runs get the tiny target and a small
-    selection appended). Between two runs of the same code the gate finds no regression."""
+    """The design card's flow from a copy of the repository root, each the README's own line: two runs by `./lab
+    bench`'s own path (`python -m dflash_core bench`, the engine `./lab bench` execs once .venv exists; the second
+    reusing the first's widths and calibration with other prompts), pytest-benchmark compare (which imports the root
+    conftest.py), the pooled report, the comparison page and the gate. The bench lines get the tiny target and a
+    small selection appended; `. .venv/bin/activate` is this test's own interpreter. Between two runs of the same
+    code the gate finds no regression."""
     import shlex
     import sys
 
@@ -298,18 +300,26 @@ def test_readme_compare_flow_runs_as_written_from_the_repo_root(tiny_lab, tmp_pa
     env = {k: v for k, v in os.environ.items() if k not in ("DFLASH_REPORTS", "PYTEST_ADDOPTS")}
     env.update(DFLASH_HOME=str(tiny_lab["home"]),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    sizing = ["-p", "no:cacheprovider", "--smoke", "--target", str(tiny_lab["ckpt"]), "--bench-widths", "1",
-              "-k", "normal or dflash-cpu or generate or verify_cost"]
-    tools = {"pytest": [sys.executable, "-m", "pytest"], "python": [sys.executable],
-             "pytest-benchmark": [str(Path(sys.executable).parent / "pytest-benchmark")]}
+    lab_bench = [sys.executable, "-m", "dflash_core", "bench", "--smoke", "--target", str(tiny_lab["ckpt"])]
+    sizing = ["--bench-widths", "1", "-k", "normal or dflash-cpu or generate or verify_cost"]
+    tools = {"python": [sys.executable], "pytest-benchmark": [str(Path(sys.executable).parent / "pytest-benchmark")]}
     flow = _readme_flow()
-    assert [ln.split()[0] for ln in flow] == ["pytest", "pytest", "pytest-benchmark", "python", "python",
+    assert [ln.split()[0] for ln in flow] == ["./lab", "./lab", ".", "pytest-benchmark", "python", "python",
                                               "python"], flow
+    assert flow[2] == ". .venv/bin/activate", flow
     outs = []
     for line in flow:
         argv = shlex.split(line)
-        cmd = tools[argv[0]] + argv[1:] + (sizing if argv[:2] == ["pytest", "benchmarks"] else [])
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=900)
+        if argv[0] == ".":
+            continue
+        if argv[0] == "./lab":
+            assert argv[1] == "bench", line
+            extra = argv[2:][1:] if argv[2:3] == ["--"] else argv[2:]
+            # the bench writes reports/ next to the package unless told: here, in the copied root as `./lab` would
+            cmd, run_env = lab_bench + ["--", *extra, *sizing], {**env, "DFLASH_REPORTS": str(root / "reports")}
+        else:
+            cmd, run_env = tools[argv[0]] + argv[1:], env
+        proc = subprocess.run(cmd, cwd=root, env=run_env, capture_output=True, text=True, timeout=900)
         outs.append(proc)
         if "gate" not in argv:
             assert proc.returncode == 0, f"{line}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -369,8 +379,12 @@ def test_cli_bench_runs_the_matrix_in_a_child_pytest(tiny_lab, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"report: {tmp_path / 'reports' / 'cpu' / 'index.html'}" in proc.stderr
     doc = json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())
+    # the terminal's last line is the answer, after pytest-benchmark's tables (stdout)
+    assert proc.stdout.rstrip().splitlines()[-1] == f"dflash headline: {doc['headline']}", proc.stdout[-2000:]
+    assert "-- benchmark" in proc.stdout.split("dflash headline: ")[0]
     assert set(doc["methods"]) == {"normal", "dflash"} and doc["exactness"]["all_exact"]
-    assert list((tmp_path / ".benchmarks" / "cpu").rglob("0001_*.json")), "the run must be autosaved for compare"
+    saved = list((tmp_path / ".benchmarks").glob("*/0001_*.json"))  # pytest-benchmark's <machine>/ folder, as compare
+    assert len(saved) == 1, "the run must be autosaved where `pytest-benchmark compare 0001` finds it"
 
 
 def test_kernel_paths_resolve_by_measured_rule():

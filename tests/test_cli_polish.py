@@ -97,3 +97,46 @@ def test_dev_extra_installs_pytest_benchmarks_histogram_dependencies():
 
     dev = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     assert any(d.replace(" ", "").startswith("pytest-benchmark[histogram]") for d in dev), dev
+
+
+def test_lab_help_and_bare_lab_print_usage_and_exit_0():
+    """`./lab --help` and a bare `./lab` print the usage (no venv is built, no test runs); an unknown command exits
+    2 with one `error:` line. Break: the old `cmd=${1:-test}` -> a bare ./lab runs the suite."""
+    import subprocess
+    from pathlib import Path
+
+    lab = Path(__file__).resolve().parents[1] / "lab"
+    env = {"PATH": "/usr/bin:/bin", "DFLASH_VENV": "/nonexistent/venv"}  # setup would fail: it must not run
+    for argv in ([], ["--help"], ["-h"]):
+        proc = subprocess.run(["bash", str(lab), *argv], capture_output=True, text=True, timeout=30, env=env)
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: ./lab {bench|test|demo|setup}"), argv
+        assert "--version" in proc.stdout and "dflash-lab" in proc.stdout
+    bad = subprocess.run(["bash", str(lab), "nope"], capture_output=True, text=True, timeout=30, env=env)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: unknown command 'nope'")
+
+
+def test_every_entry_point_has_version_and_a_console_script(capsys):
+    """`--version` on the lab's CLI and on the report's (also after gate/compare); pyproject declares both console
+    scripts, each naming a callable that exists."""
+    import importlib
+    from pathlib import Path
+
+    import pytest
+    import tomllib
+
+    from dflash_core.__main__ import main as lab_main
+    from dflash_core.report.__main__ import main as report_main
+
+    with pytest.raises(SystemExit) as exc:
+        lab_main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.startswith("dflash-mini-lab ")
+    assert report_main(["--version"]) == 0 and capsys.readouterr().out.startswith("dflash-mini-lab ")
+    for sub in ("gate", "compare"):
+        with pytest.raises(SystemExit) as exc:
+            report_main([sub, "--version"])
+        assert exc.value.code == 0 and "report schema" in capsys.readouterr().out
+    scripts = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == {"dflash-lab", "dflash-lab-report"}
+    for target in scripts.values():
+        module, func = target.split(":")
+        assert callable(getattr(importlib.import_module(module), func)), target

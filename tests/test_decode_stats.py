@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_core.bench.stats import median_iqr
 from dflash_core.runtime.decode import DecodeStats, Proposal
+from dflash_core.stats.summary import median_iqr
 
 
 def _fresh(width: int, method: str = "m") -> DecodeStats:

@@ -236,12 +236,12 @@ def test_report_input_that_is_a_fifo_does_not_hang(tmp_path, capsys):
 
 def test_the_selections_memory_does_not_grow_with_rounds():
     """Resampling 400 x 50k rounds of three cases at once is ~480 MB of temporaries; the selection draws each
-    bootstrap median from one beta variate (bench/selection.boot_medians), so its peak stays far below that."""
+    bootstrap median from one beta variate (stats/medians.boot_medians), so its peak stays far below that."""
     import tracemalloc
 
     import numpy as np
 
-    from dflash_core.bench.selection import select_best
+    from dflash_core.stats.selection import select_best
 
     rng = np.random.default_rng(0)
     cases = {m: (shift + 0.01 * rng.standard_normal(50_000)).tolist() for m, shift in

@@ -13,7 +13,7 @@ import pytest
 
 import dflash_core.bench.schedule as sch
 from dflash_core.bench.cases import CaseRounds
-from dflash_core.bench.selection import rank
+from dflash_core.stats.selection import rank
 
 from .timing import QUIET, TRUTH
 

@@ -1,4 +1,4 @@
-"""Selection of the fastest method (dflash_core.bench.selection: MCB with a bootstrap critical value), proved by
+"""Selection of the fastest method (dflash_core.stats.selection: MCB with a bootstrap critical value), proved by
 seeded simulations of the injected timing model (tests/timing.py) where the truth is known. Each test names the
 rule whose break makes it fail."""
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dflash_core.bench import selection as sel
-from dflash_core.bench.stats import robust_noise
+from dflash_core.stats import selection as sel
+from dflash_core.stats.summary import robust_noise
 
 from .timing import LOADED, QUIET, TRUTH, draw_run, lfc_truth, ratios, true_best
 
@@ -42,7 +42,7 @@ def test_a_noisier_best_keeps_its_own_width():
 
 @pytest.mark.parametrize("sigma,tails", [(QUIET, "normal"), (LOADED, "normal"), (QUIET, "t3"), (QUIET, "contam")])
 def test_the_fastest_is_in_g1_at_the_labs_truths(sigma, tails):
-    """The session-8 truths, 16 rounds, r = 2 %: the true best (jump_mobs) is in G1 in >= 95 % of 100 runs."""
+    """The lab's measured truths, 16 rounds, r = 2 %: the true best (jump_mobs) is in G1 in >= 95 % of 100 runs."""
     assert _best_in_g1_rate(TRUTH, sigma, 16, tails, 100, 15, res=RES, k=sel.K_RESOLUTION) >= 0.95
 
 
@@ -71,11 +71,24 @@ def test_two_quiet_runs_give_the_same_g1():
     assert same >= 90
 
 
+@pytest.mark.parametrize("sigma,tails", [(0.05, "normal"), (0.05, "t3"), (LOADED, "normal")])
+def test_no_false_winner_without_a_noise_gate(sigma, tails):
+    """The noise figure flags a run, it does not gate the winner: the noise-widened resolution alone keeps false
+    winners at MCB's rate. At a VM's 5 % (every VM seen reads 4-9 %) and a loaded 10 %, with the top two 1.4 %
+    apart (TRUTH: no winner is true), a winner is named in at most 5 of 100 runs. Break (checked): naming the top
+    estimate whenever it leads -> 100 % named. (k = 0 or the per-comparison 1.96 alone do not break it at 16
+    rounds: MCB's own width already exceeds a 1.4 % lead at these noise levels.)"""
+    rng = np.random.default_rng(41)
+    named = sum(sel.rank(ratios(draw_run(rng, TRUTH, sigma, 16, tails)), RES, threshold=0.03, resamples=1000)["winner"]
+                is not None for _ in range(100))
+    assert named <= 5, named
+
+
 def test_a_noisy_run_widens_g1_and_names_no_winner():
     """Loaded (10 % noise): the resolution widens with the noise figure by itself, G1 grows, and even a method 8 %
-    ahead is not named the winner, while the same leader on a quiet run is; a leader MCB would name is not named
-    when the noise figure is above the threshold (the gate). Breaks: a resolution that ignores the noise figure ->
-    the resolution stays at 2 %; no gate -> the 30 % leader is named at 4 % noise."""
+    ahead is not named the winner, while the same leader on a quiet run is; a leader far beyond the widened
+    resolution is named though the noise figure is above the threshold (it flags, it does not gate). Break: a
+    resolution that ignores the noise figure -> the resolution stays at 2 %."""
     truth = dict(TRUTH)
     truth["jump_mobs"] = truth["mobs"] + math.log1p(0.08)
     rng = np.random.default_rng(31)
@@ -85,10 +98,11 @@ def test_a_noisy_run_widens_g1_and_names_no_winner():
     assert all(o["noise"]["noisy"] and o["winner"] is None for o in loud)
     assert min(o["resolution"] for o in loud) > 2.5 * 0.06 / 4  # k sigma / sqrt(16), sigma >= 6 %
     assert np.median([len(o["g1"]) for o in loud]) >= 8
-    # a leader so far ahead that MCB names it even at 4 % noise: above the threshold the gate still names none
+    # a leader so far ahead that MCB names it even at 4 % noise: named, and the noise at its upper limit keeps it
     far = {"a": math.log(1.3), "b": 0.0, "c": -0.01}
-    gated = sel.rank(ratios(draw_run(rng, far, 0.04, 16)), RES, threshold=0.03, resamples=1000)
-    assert gated["noise"]["noisy"] and gated["gated"] and gated["winner"] is None and gated["g1"] == ["a"]
+    named = sel.rank(ratios(draw_run(rng, far, 0.04, 16)), RES, threshold=0.03, resamples=1000)
+    assert named["noise"]["noisy"] and named["winner"] == "a" and named["g1"] == ["a"]
+    assert named["lead"]["over"] in ("b", "c") and not named["lead"]["noise_could_change"]
 
 
 def test_memory_does_not_grow_with_the_number_of_rounds(monkeypatch):

@@ -1,4 +1,4 @@
-"""The statistics of one case and of one run (dflash_core.bench.stats), proved on injected rounds of known truth:
+"""The statistics of one case and of one run (dflash_core.stats.summary), proved on injected rounds of known truth:
 the noise figure separates quiet from loaded runs and covers its truth, an interval says the coverage it has,
 and a goal is met only on its confidence limit. Each test names the rule whose break makes it fail."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dflash_core.bench import stats as S
+from dflash_core.stats import summary as S
 
 from .timing import noise
 

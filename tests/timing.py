@@ -7,7 +7,8 @@ per round and method, from
             residuals: MAD-SD 1.4 %, 1 % of rounds beyond -7.3 % / +9.7 %)
   contam    N(0, 1) with 10 % of rounds x 3
 A machine-state shift common to a whole round cancels in the paired ratio and is not modelled. TRUTH is the
-session-8 medians against dflash (docs/performance.md §12): the top two 1.4 % apart, inside the 2 % resolution.
+medians against dflash of a quiet measured run (docs/performance.md §12): the top two 1.4 % apart, inside the
+2 % resolution.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 
 import numpy as np
 
-from dflash_core.bench.stats import MAD_TO_SD
+from dflash_core.stats.summary import MAD_TO_SD
 
 TRUTH_RATIOS = {"jump_mobs": 1.109, "mobs": 1.094, "bmobs": 1.050, "dspark_lite": 1.046, "act": 1.034,
                 "dflash2": 1.014, "fused_jump": 1.005, "dflash": 0.996, "boltzmann": 0.991, "v14": 0.990,

@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import BadInputError
 from ..methods import Calibration, get_method
 from ..runtime.decode import greedy, speculative
+from ..stats.summary import median_iqr
 from ..store.data import refuse_benchmark
 from .costmodel import (
     OBJECTIVE,
@@ -31,7 +32,6 @@ from .costmodel import (
     pooled_costs,
     target_costs,
 )
-from .stats import median_iqr
 
 
 @dataclass

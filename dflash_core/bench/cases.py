@@ -13,11 +13,11 @@ from pytest_benchmark.stats import Stats
 from ..methods import get_method
 from ..runtime.decode import DecodeStats, speculative
 from ..runtime.device import torch_threads
+from ..stats.summary import median_iqr
 from .activity import Shadowed, count_rounds, summary
 from .config import BASELINE
 from .costmodel import loop_block
 from .rounds import PairedRounds, comparison_rounds, decode_all, paired_rounds, verdict_fields, verdicts
-from .stats import median_iqr
 
 if TYPE_CHECKING:
     from .state import BenchSession

@@ -21,7 +21,7 @@ REAL_TARGET_PARAMETERS = 100_000_000
 # width seconds before the method (bench.rounds), activity compares every method's drafts with its drafts
 # (bench.activity), and the ranking ranks ratios against it (report.ranking).
 BASELINE = "dflash"
-# rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (bench/stats.MIN_LABELLED_N)
+# rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (stats/summary.MIN_LABELLED_N)
 REAL_TARGET_DEFAULTS = {"calibration_tokens": 16, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1}
 # What bench.budget.plan_matrix chooses for a real target (each unless the user set it).
 BUDGETED = ("prompt_limit", "tokens", "rounds")
@@ -60,7 +60,7 @@ class BenchConfig:
     threads: int = _default("threads")
     seed: int = _default("seed")
     noise_threshold: float = _default("noise_threshold")
-    resolution: float = _default("resolution")  # the ranking's resolution (bench.selection.effective_resolution)
+    resolution: float = _default("resolution")  # the ranking's resolution (stats.selection.effective_resolution)
     rank_rounds: int = _default("rank_rounds")  # fixed rounds per case at the ranking width (bench.schedule)
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     calibration_from: str | None = _default("calibration_from")  # reuse a saved run's widths and options (reuse)

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..runtime.decode import DecodeStats
 from ..runtime.device import synchronize
-from .stats import NOISE_THRESHOLD
+from ..stats.summary import NOISE_THRESHOLD
 
 RATIO_BAND = (0.9, 1.1)
 # Model speedups within 1 % of the best are ties: the component timings behind them are medians of small
@@ -104,7 +104,7 @@ def measured_over_model(measured: float, model: float) -> float:
 
 
 def unexplained_overhead(ratio: float | None, noise: float | None, threshold: float = NOISE_THRESHOLD) -> bool:
-    """True when the machine was quiet (the run's noise figure, bench/stats.robust_noise, at most `threshold`) and
+    """True when the machine was quiet (the run's noise figure, stats/summary.robust_noise, at most `threshold`) and
     measured/model left [0.9, 1.1]: the wall clock saw a cost the components do not explain. On a noisy machine
     (or without a noise figure) nothing is flagged. Why the robust figure: the A/A maximum it replaces exceeded its
     2 % bar on every quiet run, so the flag could never fire."""

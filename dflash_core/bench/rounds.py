@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..methods.runner import run_method
 from ..runtime.device import synchronize
 from ..runtime.exactness import classify
-from .stats import median_iqr
+from ..stats.summary import median_iqr
 
 if TYPE_CHECKING:
     from .state import BenchSession

@@ -4,7 +4,7 @@ to its case's pytest-benchmark record, so the saved JSON holds every round.
 
 Why a fixed number of ranking rounds: racing (extra rounds until the leader separated) made the stopping time
 depend on the data, and that named a single winner in 17-21 % of simulated runs at a 1.4 % true gap; the
-selection (bench/selection.py) states a guarantee only for a design declared before looking.
+selection (stats/selection.py) states a guarantee only for a design declared before looking.
 
 Why the legs of a round run in a seeded random order: with greedy, dflash, method always in that order, a
 position effect (the second decode of a pair running faster or slower) reads as a method effect; the rows that

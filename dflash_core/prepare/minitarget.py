@@ -292,7 +292,7 @@ def train_model(
         losses: list[float] = []
         t0 = time.perf_counter()
         cap_hit = False
-        bar = Progress("mini target", cfg.max_steps, log, bar=progress)
+        bar = Progress("mini target", cfg.max_steps, log, show=progress)
         for step in range(cfg.max_steps):
             if time.perf_counter() - t0 > cfg.train_seconds:
                 cap_hit = True
@@ -303,7 +303,6 @@ def train_model(
                 g["lr"] = _lr_at(step, cfg)
             losses.append(_train_step(model, opt, seq, cfg))
             bar.update(1, f"loss {losses[-1]:.3f}")
-        bar.close()
         wall = time.perf_counter() - t0
         model.eval()
     tail = losses[-20:]

@@ -70,7 +70,7 @@ def generate_shard(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: 
     mine = length_buckets(prompts, batch)[rank::world]
     out: dict[int, tuple] = {}
     desc = "teacher batches" if world == 1 else f"teacher batches (rank {rank}/{world})"
-    for idx in logged(mine, desc, len(mine), log, bar=progress):
+    for idx in logged(mine, desc, len(mine), log, show=progress):
         conts, hid, tops = batch_teacher(rt, [prompts[i] for i in idx], new_tokens, taps, top_k)
         for r, i in enumerate(idx):
             top_v, top_i = (None, None) if tops is None else (tops[0][r].contiguous(), tops[1][r].contiguous())

@@ -125,7 +125,7 @@ def trajectories_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Se
     """`trajectory_taps` of every sequence, equal-length sequences batched into one forward."""
     out: list[torch.Tensor | None] = [None] * len(seqs)
     buckets = length_buckets(seqs, batch)
-    for idx in logged(buckets, "target taps", len(buckets), log, bar=progress):
+    for idx in logged(buckets, "target taps", len(buckets), log, show=progress):
         for i, h in zip(idx, batch_taps(rt, [seqs[i] for i in idx], taps)):
             out[i] = h
     return out
@@ -375,7 +375,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         resumed_step = st["step"]
         log.info("resuming drafter training from the checkpoint at step %d (%s)", st["step"], ckpt)
     drafter.train()
-    bar = Progress("train drafter", tcfg.steps, log, bar=progress)
+    bar = Progress("train drafter", tcfg.steps, log, show=progress)
     if st["step"]:
         bar.update(st["step"])
     budget = 60.0 * tcfg.budget_minutes if tcfg.budget_minutes else None
@@ -451,7 +451,6 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
             dist.barrier()
     if stop:
         log.info(stop)
-    bar.close()
     best = st["best"]
     if best["state"] is not None:
         drafter.load_state_dict(best["state"])  # the best held-out state, not the last one

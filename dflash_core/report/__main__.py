@@ -2,7 +2,7 @@
 
   python -m dflash_core.report RUN [RUN ...] [--storage .benchmarks] [--out reports]
   python -m dflash_core.report compare BASE NEW [--out reports/compare] [gate options]
-  python -m dflash_core.report gate BASE NEW [--storage .benchmarks] [--speedup-drop 0.10] [--tau-tolerance 0.005]
+  python -m dflash_core.report gate BASE NEW [--storage .benchmarks] [--speedup-drop 0.05] [--tau-tolerance 0.005]
                                     [--min-rounds 3]
 
 RUN, BASE and NEW are what `pytest-benchmark compare` accepts: a saved file, a run id (0001) or a glob, searched
@@ -12,7 +12,10 @@ comparison.json) shows them side by side: each model's G1, what holds on all of 
 orders. BASE and NEW may also be a report's benchmark.json. Runs of one model that chose different widths or
 calibrated options are refused (exit 2) with the fix.
 Exit codes: 0 ok / no regression, 1 exactness gate failed / regression found, 2 bad input, 3 (gate only)
-inconclusive: no regression found, but a run could not support a verdict on some case (too few rounds, noisy).
+inconclusive: no regression found, but some case could not be judged (fewer than --min-rounds rounds in a run, or no
+spread measured). A speed change is judged with the ranking's statistic and rounds where the case was ranked, with an
+interval that holds jointly over every case (dflash_core.stats.change): two runs of one model gate as a regression in
+at most 5 % of pairs.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import sys
 from pathlib import Path
 
+from .. import __version__
 from ..errors import ReportInputError, guarded
 from ..safeio import read_json
 from ..savedruns import resolve_runs
@@ -33,9 +37,14 @@ from .models import compare_models, group_by_model, render_models
 from .write import write_report
 
 
+def _version() -> str:
+    return f"dflash-mini-lab {__version__} (report schema {SCHEMA_VERSION})"
+
+
 def _report_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m dflash_core.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=_version())
     ap.add_argument("saved", nargs="+", help="saved runs: file, run id (0001) or glob (pooled when several)")
     ap.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder searched for run ids")
     ap.add_argument("--out", default="reports", help="report root; files go to <out>/<device>/")
@@ -45,14 +54,15 @@ def _report_parser() -> argparse.ArgumentParser:
 def _pair_parser(cmd: str, out: bool = False) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=f"python -m dflash_core.report {cmd}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=_version())
     ap.add_argument("base", help="baseline: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("new", help="run to check: saved run (file, id, glob) or a benchmark.json")
     ap.add_argument("--storage", default=".benchmarks")
     if out:
         ap.add_argument("--out", default="reports/compare", help="folder for compare.html and compare.json")
     ap.add_argument("--speedup-drop", type=threshold, default=GateConfig.speedup_drop,
-                    help="a regression when a median paired speedup drops by more than this fraction and the Q1-Q3 "
-                         "ranges of the two runs do not overlap (default %(default)s)")
+                    help="a regression when a case's joint 95 %% interval of the change lies below 0 and its median "
+                         "dropped by more than this fraction (default %(default)s)")
     ap.add_argument("--tau-tolerance", type=threshold, default=GateConfig.tau_tolerance,
                     help="allowed relative drop of tokens per target call (default %(default)s)")
     ap.add_argument("--min-rounds", type=int, default=GateConfig.min_rounds,
@@ -160,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     input: one `error:` line
     (errors.guarded: unreadable or unwritable files, a full disk, hostile JSON included)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        print(_version())
+        return 0
     if argv[:1] == ["gate"]:
         return guarded(_gate, argv[1:])
     if argv[:1] == ["compare"]:
@@ -167,5 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(_report, argv)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The `dflash-lab-report` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from ..bench.costmodel import unexplained_overhead
-from ..bench.stats import median_interval, quartiles
 from ..errors import ReportInputError
 from ..options import option
 from ..safeio import read_json
+from ..stats.summary import median_interval, quartiles
 from .costs import apply_cost_model
 from .goals import goals
 from .headline import headline
@@ -28,7 +28,7 @@ from .match import require_same_setup, saved_setup
 from .ranking import build_ranking, truncate_raced
 
 SCHEMA = "dflash-mini-lab/benchmark"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # The device names a report accepts: its folder under --out is named after the device type, so anything
 # else (a path such as "../../x") is refused rather than written outside the output folder.

@@ -1,5 +1,6 @@
-"""The comparison of two runs as data: per case, the change in speedup and tokens per target call with
-intervals, and the gate's verdict and reasons (report.gate.judge), so the page and the gate never disagree.
+"""The comparison of two runs as data: per case, the change the gate judged (its statistic, its joint interval and
+rounds: report.gate.judge, stats.change), tokens per target call, and the gate's verdict and reasons, so the page
+and the gate never disagree.
 
 `python -m dflash_core.report compare BASE NEW --out DIR` writes it as DIR/compare.json and DIR/compare.html.
 """
@@ -9,40 +10,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from ..store.artifacts import write_atomic
 from .compare_page import render_compare
-from .gate import EXIT_CODES, GateConfig, RunSupport, judge
+from .gate import EXIT_CODES, STATISTIC_TEXT, GateConfig, RunSupport, judge
 
 COMPARE_SCHEMA = "dflash-mini-lab/compare"
-COMPARE_VERSION = 1
-RESAMPLES, SEED, CONFIDENCE = 4000, 0, 0.95
-
-
-def ratio_ci(base: list[float], new: list[float]) -> list[float] | None:
-    """95 % percentile-bootstrap interval of median(NEW) / median(BASE), each run resampled on its own (the two
-    runs are independent); None when either has fewer than two rounds (no spread was measured). Seeded, so a
-    page rebuilt from the same runs shows the same interval."""
-    if len(base) < 2 or len(new) < 2:
-        return None
-    rng = np.random.default_rng(SEED)
-    b, n = np.asarray(base, float), np.asarray(new, float)
-    mb = np.median(b[rng.integers(0, b.size, (RESAMPLES, b.size))], axis=1)
-    mn = np.median(n[rng.integers(0, n.size, (RESAMPLES, n.size))], axis=1)
-    ok = mb > 0
-    if not ok.any():
-        return None
-    alpha = (1 - CONFIDENCE) / 2
-    lo, hi = np.quantile(mn[ok] / mb[ok], [alpha, 1 - alpha])
-    return [float(lo), float(hi)]
+COMPARE_VERSION = 2  # 2: the change is the gate's (stats.change: the ranking's statistic, a joint interval)
 
 
 def _side(row: dict | None) -> dict | None:
     if row is None:
         return None
     rounds = row.get("speedup_rounds") if isinstance(row.get("speedup_rounds"), list) else [row["speedup"]]
-    return {"speedup": row["speedup"], "speedup_ci": row.get("speedup_ci"), "speedup_q1": row.get("speedup_q1"),
+    return {"speedup": row["speedup"], "speedup_ci": row.get("speedup_ci"),
+            "speedup_ci_label": row.get("speedup_ci_label"), "speedup_q1": row.get("speedup_q1"),
             "speedup_q3": row.get("speedup_q3"), "rounds": len(rounds),
             "tokens_per_target_call": row["tokens_per_target_call"], "exact": row["exact"],
             "options": row.get("options") or {}}
@@ -63,10 +44,9 @@ def compare(base: dict, new: dict, cfg: GateConfig | None = None, names: tuple[s
         n = (new["methods"].get(v.method) or {}).get("rows", {}).get(v.width)
         change = None
         if n is not None:
-            br = b.get("speedup_rounds") or [b["speedup"]]
-            nr = n.get("speedup_rounds") or [n["speedup"]]
-            change = {"speedup_ratio": n["speedup"] / b["speedup"] if b["speedup"] > 0 else None,
-                      "speedup_ratio_ci": ratio_ci(br, nr),
+            ch = v.change or {}
+            change = {"statistic": ch.get("statistic"), "statistic_text": STATISTIC_TEXT.get(ch.get("statistic")),
+                      "ratio": ch.get("ratio"), "ratio_ci": ch.get("ci"), "rounds": ch.get("rounds"),
                       "tokens_per_target_call_delta": n["tokens_per_target_call"] - b["tokens_per_target_call"]}
         rows.append({"case": v.case, "method": v.method, "width": int(v.width), "base": _side(b), "new": _side(n),
                      "change": change, "verdict": v.verdict, "reasons": list(v.reasons)})
@@ -75,7 +55,8 @@ def compare(base: dict, new: dict, cfg: GateConfig | None = None, names: tuple[s
             "exit_codes": EXIT_CODES, "exactness_failures": result.exactness,
             "runs": {"base": _support(result.base), "new": _support(result.new)},
             "config": {"speedup_drop": cfg.speedup_drop, "tau_tolerance": cfg.tau_tolerance,
-                       "min_rounds": cfg.min_rounds},
+                       "min_rounds": cfg.min_rounds, "confidence": cfg.confidence},
+            "comparison": result.comparison,
             "rows": rows}
 
 

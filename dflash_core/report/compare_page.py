@@ -36,16 +36,23 @@ def _speedup(side) -> str:
     if not isinstance(side, dict):
         return "missing"
     n = f"<span class=muted>n={_e(side.get('rounds'))}</span>"
-    return f"{_num(side.get('speedup'))}×{_interval(side.get('speedup_ci'))} {n}"
+    label = side.get("speedup_ci_label")
+    iv = _interval(side.get("speedup_ci"))
+    if iv and label:
+        iv = f'<span title="{_e(label)}">{iv}</span>'
+    return f"{_num(side.get('speedup'))}×{iv} {n}"
 
 
 def _row(r: dict) -> str:
     ch = r.get("change") or {}
-    ratio = ch.get("speedup_ratio")
+    ratio = ch.get("ratio")
     change = (f"{_num(100 * (ratio - 1), 1)} %" if isinstance(ratio, (int, float)) else "–")
-    ci = ch.get("speedup_ratio_ci")
+    ci = ch.get("ratio_ci")
     if isinstance(ci, list) and len(ci) == 2:
         change += f" <span class=muted>[{_num(100 * (ci[0] - 1), 1)}–{_num(100 * (ci[1] - 1), 1)} %]</span>"
+    if ch.get("statistic_text"):
+        rounds = ch.get("rounds") or ["?", "?"]
+        change += f"<br><span class=muted>{_e(ch['statistic_text'])}, {_e(rounds[0])} vs {_e(rounds[-1])} rounds</span>"
     b, n = r.get("base") or {}, r.get("new") or {}
     tau = f"{_num(b.get('tokens_per_target_call'), 2)} → {_num(n.get('tokens_per_target_call'), 2)}"
     verdict = str(r.get("verdict"))
@@ -69,13 +76,18 @@ def render_compare(doc: dict) -> str:
 <p class=muted>gate exit code {_e(doc.get('exit_code'))} (0 no regression, 1 regression, 3 inconclusive;
 2 bad input)</p>
 </header><main><ul>{lines}</ul>{exact}
-<p class=muted>Per case of BASE: the median paired speedup over greedy with its 95 % bootstrap interval and rounds;
-the change as NEW/BASE − 1 with a 95 % bootstrap interval (each run resampled on its own); tokens per target call
-(deterministic for one setting; both runs chose the same settings, or the page would not exist). Verdicts are the
-gate's (<code>python -m dflash_core.report gate</code>): a speedup is judged only with at least
-{_e(cfg.get('min_rounds'))} rounds in each run, as a regression when its median dropped by more than
-{_num(100 * cfg.get('speedup_drop', 0), 0)} % and the Q1–Q3 ranges are apart (beyond the noise figure of a run flagged
-noisy); otherwise "not judged" or "inconclusive", never a regression.</p>
+<p class=muted>Per case of BASE: the median paired speedup over greedy of each run with its order-statistic
+interval of the median (hover for its exact coverage: below 6 rounds it is the min-max, not a 95 % interval) and its
+rounds. The change is the one the gate judges, with the ranking's statistic where the case was ranked (its per-round
+ratio against plain dflash at the ranking width, all its ranking rounds, the leg-order effect removed) and its
+speedup over greedy otherwise: NEW/BASE − 1 of the case's median with a {_num(100 * cfg.get('confidence', 0.95), 0)} %
+interval that holds jointly over every case compared (a bootstrap of each run's median from its own pooled
+residuals, the same one the ranking uses). Tokens per target call are deterministic for one setting (both runs chose
+the same settings, or the page would not exist). Verdicts are the gate's (<code>python -m dflash_core.report
+gate</code>): a speed change is judged only with at least {_e(cfg.get('min_rounds'))} rounds in each run, and is a
+regression only when its whole joint interval lies below 0 % and its median dropped by more than
+{_num(100 * cfg.get('speedup_drop', 0), 0)} %; two runs of one model are called a regression in at most
+{_num(100 * (1 - cfg.get('confidence', 0.95)), 0)} % of pairs.</p>
 <table id=compare-table><tr><th>method</th><th>width</th><th>BASE speedup</th><th>NEW speedup</th>
 <th>change</th><th>tok/call</th><th>verdict</th><th>why</th></tr>{rows}</table></main></body></html>
 """

@@ -11,7 +11,7 @@ estimates and say so (`basis`).
 
 from __future__ import annotations
 
-from ..bench.stats import goal_met, lower_confidence_limit
+from ..stats.summary import goal_met, lower_confidence_limit
 
 SPEEDUP_TARGET, BOUND_SHARE, VERIFY_RATIO, OVERHEAD, VS_REFERENCE, VS_HF_DFLASH = 2.5, 0.8, 1.3, 0.05, 1.5, 1.3
 

@@ -22,9 +22,31 @@ def _names(ids) -> str:
     return "{" + ", ".join(ids) + "}"
 
 
+def _signed(x) -> str:
+    return f"{100 * x:+.1f} %" if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else "?"
+
+
+def _noise_clause(noise: dict, lead: dict | None, named: bool) -> str:
+    """Whether the machine's noise could change the verdict: the noise figure, its upper limit, and what the verdict
+    would be with the noise at that limit (`ranking.lead.noise_could_change`)."""
+    sigma = noise.get("sigma")
+    if sigma is None:
+        return "the machine's noise was not measured"
+    ci = noise.get("ci") or [None, None]
+    fig = f"the machine's noise ({_pct(sigma)}, up to {_pct(ci[1])}"
+    fig += f", above the {_pct(noise.get('threshold'))} of a quiet machine)" if noise.get("noisy") else ")"
+    if not lead:
+        return fig + " cannot be judged against a lead"
+    could = bool(lead.get("noise_could_change"))
+    if named:
+        return fig + (" could undo it" if could else " could not change it")
+    return fig + (" could turn it into a named winner" if could else " keeps it below a named winner")
+
+
 def headline(doc: dict) -> str:
-    """One sentence: "On <target> (model <hash>), the fastest exact methods at width W are {...} (95 %, resolution
-    r; machine noise n %)", a single winner only when the ranking names one, or plainly that this run cannot tell."""
+    """One sentence: on <target> (model <hash>), who leads at the ranking width, by how much over the next with the
+    joint interval, at what confidence, whether it is named the fastest (its lead beyond the noise-widened
+    resolution r) or which methods may still be the fastest, and whether the machine's noise could change that."""
     rk = doc.get("ranking") or {}
     noise = doc.get("noise") or {}
     on = f"On {model_label(doc)}"
@@ -37,20 +59,23 @@ def headline(doc: dict) -> str:
     conf = f"{100 * float(rk.get('confidence') or 0.95):.0f} %"
     r = _pct(rk.get("resolution_effective"))
     where = f"at width {rk['width']}" if rk.get("width") else "by their best speedups over greedy"
-    sigma = noise.get("sigma")
-    tail = f"machine noise {_pct(sigma)}" if sigma is not None else "machine noise not measured"
+    lead = rk.get("lead") if isinstance(rk.get("lead"), dict) else None
     total = len(rk.get("rounds") or {}) or len(g1)
-    if noise.get("noisy"):
-        return (f"{on}, this run cannot name the fastest exact method: the machine was noisy ({tail} > threshold "
-                f"{_pct(noise.get('threshold'))}); with {conf} confidence the fastest {where} is one of "
-                f"{_names(g1)} (resolution {r}).")
+    if total < 2 or lead is None:
+        return (f"{on}, {g1[0]} is the only exact speculative method ranked {where} (nothing to compare it with; "
+                f"{_noise_clause(noise, None, False)}).")
+    leader = rk.get("winner") or g1[0]
+    ahead = (f"{leader} leads {where} by {_signed(lead.get('estimate'))} over the next ({lead.get('over')}; joint "
+             f"{conf} interval {_signed(lead.get('lo'))} to {_signed(lead.get('hi'))})")
     if rk.get("winner"):
-        return (f"{on}, the fastest exact method {where} is {rk['winner']}, faster than every other method by more "
-                f"than {r} ({conf}; {tail}).")
-    if len(g1) == 1:
-        return (f"{on}, the fastest exact method {where} is {g1[0]}, though its lead over the next may be below "
-                f"{r} ({conf}; {tail}).")
-    if len(g1) == total and total > 1:
-        return (f"{on}, this run cannot tell the {total} methods apart {where}: every one may be the fastest "
-                f"({conf}, resolution {r}; {tail}).")
-    return f"{on}, the fastest exact methods {where} are {_names(g1)} ({conf}, resolution {r}; {tail})."
+        verdict = (f"named the fastest exact method with {conf} confidence because that lead exceeds the "
+                   f"noise-widened resolution {r}")
+    elif len(g1) == 1:
+        verdict = (f"the only method that may be the fastest with {conf} confidence, though its lead may be below "
+                   f"the noise-widened resolution {r}")
+    elif len(g1) == total:
+        verdict = f"but with {conf} confidence any of the {total} methods may be the fastest (resolution {r})"
+    else:
+        verdict = f"but with {conf} confidence the fastest is one of {_names(g1)} (resolution {r})"
+    sep = ", " if verdict.startswith("but") else ": "
+    return f"{on}, {ahead}{sep}{verdict}; {_noise_clause(noise, lead, bool(rk.get('winner')))}."

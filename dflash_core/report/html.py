@@ -208,7 +208,7 @@ def noise_banner(doc: dict) -> str:
         return ""
     return (f"<div class=banner id=noise-banner><b>Noisy machine.</b> the ranking rounds' noise figure is "
             f"{_pct(n.get('sigma'))} (threshold {_pct(n.get('threshold'))}): the resolution widened to "
-            f"{_pct((doc.get('ranking') or {}).get('resolution_effective'))} and no single winner is named.</div>")
+            f"{_pct((doc.get('ranking') or {}).get('resolution_effective'))}, so only a lead beyond it names a winner.</div>")
 
 
 def headline_html(doc: dict) -> str:
@@ -216,17 +216,6 @@ def headline_html(doc: dict) -> str:
     lim = doc.get("limitations") or []
     more = ("<ul class=muted id=limitations>" + "".join(f"<li>{_e(x)}</li>" for x in lim) + "</ul>") if lim else ""
     return f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}"
-
-
-def leaders_text(doc: dict) -> str:
-    """'X' when the ranking names a single winner, else G1 (no single winner named)."""
-    win = doc.get("winner")
-    if win:
-        return _e(win["method"])
-    groups = doc.get("rank_groups") or []
-    if not groups:
-        return "–"
-    return "no single winner: G1 = " + ", ".join(_e(m) for m in groups[0])
 
 
 def activity_label(m: dict) -> str:
@@ -307,6 +296,18 @@ def _ci_text(ci) -> str:
     return f"[{_f(ci[0])}–{_f(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
 
 
+def ranking_order(doc: dict, kv) -> tuple:
+    """Sort key of the ranking table and chart: rank group, then the ranking's own statistic (the median ratio
+    against dflash at the ranking width where the run ranked by it, else the speedup over greedy); normal, the
+    baseline of every speedup, last."""
+    mid, m = kv
+    b = m["best"]
+    g = b.get("rank_group")
+    est = ((doc.get("ranking") or {}).get("rounds") or {}) and b.get("vs_baseline")
+    stat = est if isinstance(est, (int, float)) and not isinstance(est, bool) else b["speedup"]
+    return (mid == "normal", g if isinstance(g, int) else 10**6, -stat, mid)
+
+
 def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
     """The ranking: eight columns by default (a reader ranks methods with these), the other eleven behind a CSS-only
     toggle (a checkbox; no script), every header one or two words with its full meaning in a tooltip."""
@@ -314,11 +315,7 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
     win = (doc.get("winner") or {}).get("method")
     mx = max([m["best"]["speedup"] for m in doc["methods"].values()] + [1.0])
 
-    def order(kv):
-        g = kv[1]["best"].get("rank_group")
-        return (g if isinstance(g, int) else 10**6, -kv[1]["best"]["speedup"])
-
-    for mid, m in sorted(doc["methods"].items(), key=order):
+    for mid, m in sorted(doc["methods"].items(), key=lambda kv: ranking_order(doc, kv)):
         b = m["best"]
         r = m["rows"][str(b["width"])]
         grp = b.get("rank_group")
@@ -337,9 +334,13 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
             f"<td>{_e(f'{idx:02d}' if isinstance(idx, int) else idx)} {_e(mid)}</td>"
             f"<td class=group>{'–' if grp is None else 'G' + _e(grp)}</td>"
             f"<td>{_width_label(b)}</td>"
-            f"<td class=speedup>{bar} {_f(b['speedup'])}× <span class=ci>{_ci_text(b.get('speedup_ci'))} "
-            f"{_coverage(b.get('speedup_ci_label'))}</span></td>"
-            f"<td class=vs>{_vs_cell(b)}</td>"
+            + (f"<td class=speedup title=\"normal timed against itself in the same rounds: the A/A figure (the "
+               f"noise plot), not a speedup\">A/A {_f(b['speedup'])}× <span class=ci>"
+               f"{_ci_text(b.get('speedup_ci'))} {_coverage(b.get('speedup_ci_label'))}</span></td>"
+               if mid == "normal" else
+               f"<td class=speedup>{bar} {_f(b['speedup'])}× <span class=ci>{_ci_text(b.get('speedup_ci'))} "
+               f"{_coverage(b.get('speedup_ci_label'))}</span></td>")
+            + f"<td class=vs>{_vs_cell(b)}</td>"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"{_activity_summary(m, b)}<td>{ex}</td>"
             f"<td class=more>{_f(b['tokens_per_second'], 1)}</td>"
@@ -406,8 +407,9 @@ def _ratio_cell(b: dict) -> str:
 
 
 def _speedup_chart(doc: dict) -> str:
-    """Inline SVG: best-width speedup per method with its 95 % CI whisker and rank group, and the 1x line (normal)."""
-    ms = sorted(doc["methods"].items(), key=lambda kv: -kv[1]["best"]["speedup"])
+    """Inline SVG: best-width speedup per method with its order-statistic interval and rank group, in the ranking's
+    order, and the 1x line (normal)."""
+    ms = [kv for kv in sorted(doc["methods"].items(), key=lambda kv: ranking_order(doc, kv)) if kv[0] != "normal"]
     if not ms:
         return ""
     ci = {mid: (m["best"].get("speedup_ci") or [m["best"]["speedup"]] * 2) for mid, m in ms}
@@ -507,7 +509,8 @@ def _normal_note(doc: dict) -> str:
            if gen else "This run has no <code>generate</code> reference row to compare it with.")
     return ("<p class=muted id=normal-note><b>normal</b> is the lab's own cached greedy decoding (method 00): one "
             "target forward per token with the hybrid cache, the exact reference every method is checked against "
-            f"and the 1.000× baseline of every speedup. {cmp}</p>")
+            "and the denominator of every speedup; its own row times it against itself in the same rounds, so its "
+            f"figure there is the A/A (the noise plot), not a speedup. {cmp}</p>")
 
 
 def _cal_table(rec: dict) -> str:
@@ -573,7 +576,7 @@ def _group_kpi(doc: dict) -> str:
     if doc.get("winner"):
         note = "the only method in G1: the single winner"
     elif len(g1) == 1:
-        note = "no single winner: the run is too noisy to name one"
+        note = "the only method in G1, though its lead over the next may be below the resolution r"
     else:
         note = f"no single winner: G1 = {len(g1)} methods this run cannot tell apart"
     long = " class=long" if len(g1) > 3 else ""
@@ -587,34 +590,53 @@ def _figure(plot: str, caption: str, table: str = "", table_label: str = "the nu
     return f"<figure>{plot}<figcaption class=muted>{caption}</figcaption>{more}</figure>"
 
 
+def _verify_caption(doc: dict) -> str:
+    """The verify-cost figure's caption: what is measured, what is a model, and why a measured oracle may sit above
+    the model bound."""
+    measured = plots.measured_verify_widths(doc)
+    over = plots.bound_exceeded(doc)
+    oracle = [r.get("speedup_ci_label") for k, r in (doc.get("references") or {}).items() if k.startswith("oracle-w")]
+    text = ("Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps, the isotonic fit of the decode loop's "
+            "own verify forwards, drawn only at the widths the loop timed"
+            + (f" ({', '.join(map(str, measured))})" if measured else "") + ". Right: the model bound, the speedup a "
+            "perfect, free drafter would reach (greedy's loop time over the speculative prefill plus the oracle's "
+            "round schedule priced on that fitted curve), against the oracle rows (replayed greedy drafts, measured; "
+            "whisker: " + plots.interval_caption(oracle) + "): the gap is what drafting and the loop cost.")
+    if over:
+        text += (f" At width {', '.join(map(str, over))} the measured oracle lies above the bound: the bound is a "
+                 "model priced from medians of this run's loop timings on the fitted curve, not a measured ceiling, "
+                 "so the oracle's own rounds can beat it by the run's noise and the fit's error.")
+    return _e(text)
+
+
 def _figures(doc: dict) -> str:
-    """The four figures of the report, each drawn from benchmark.json by report/plots.py."""
+    """The five figures of the report, each drawn from benchmark.json by report/plots.py."""
     n = doc.get("noise") or {}
     rk = doc.get("ranking") or {}
     return (
         "<h2>Speedup against verify width</h2><div class=figs>"
         + _figure(plots.speedup_vs_width(doc),
                   "Median paired speedup over normal (greedy) at every width measured, one line per method; whisker: "
-                  "the 95 % bootstrap confidence interval of the median; dashed: 1× (normal).",
-                  _width_table(doc))
+                  + _e(plots.interval_caption([r.get("speedup_ci_label") for mid, m in doc["methods"].items()
+                                               if mid != "normal" for r in m["rows"].values()]))
+                  + "; dashed: 1× (normal).", _width_table(doc))
         + _figure(plots.acceptance_by_position(doc),
                   "Conditional acceptance at each draft position (accepted at i / proposed at i) at each method's "
                   "shown width: where in the block drafts stop being accepted.", _position_table(doc))
+        + _figure(plots.tokens_per_call(doc),
+                  "Tokens per target call at every width measured, one line per method: new tokens over target "
+                  "forwards, a count (deterministic for one model and setting, so no interval); 1 is greedy.")
         + "</div><h2>Verify cost, bound and oracle</h2><div class=figs>"
-        + _figure(plots.verify_cost(doc),
-                  "Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps (fitted over the decode loop's own "
-                  "verify forwards, this session). Right: the speedup a perfect, free drafter would reach, (w+1)·t_decode/t_verify(w), "
-                  "against the oracle rows (replayed greedy drafts, measured; whisker: 95 % CI): the gap is what "
-                  "drafting and the loop cost.")
+        + _figure(plots.verify_cost(doc), _verify_caption(doc))
         + "</div><h2>Noise: A/A rounds</h2><div class=figs>"
         + _figure(plots.noise(doc),
                   "Identical work timed against itself in this run. "
                   + (f"{_e(rk.get('baseline'))} vs {_e(rk.get('baseline'))} at width {_e(rk.get('width'))}: the A/A of "
                      "the ratio the selection compares. " if rk.get("statistic") == "vs_baseline" else "")
-                  + ("normal vs normal: the A/A rounds of a run saved before schema 7 (for reading only). "
-                     if (n.get("legacy_aa") or {}).get("rounds") else "")
+                  + ("normal vs normal: normal's own rounds timed against a normal leg (its row's 1.0x is this A/A, "
+                     "not a speedup). ")
                   + f"Band: ± the run's noise figure {_pct(n.get('sigma'))} (pooled robust SD of every ranked case's "
-                  f"per-round log ratios; the gate's threshold is {_pct(n.get('threshold'))}). "
+                  f"per-round log ratios; above {_pct(n.get('threshold'))} the run is flagged noisy). "
                   + "A speedup difference inside this scatter is not resolved by the run.")
         + "</div>")
 

@@ -166,13 +166,51 @@ def _colours(doc: dict) -> dict[str, str]:
     return {mid: PALETTE[i % len(PALETTE)] for i, mid in enumerate(spec)}
 
 
+def interval_caption(labels: Sequence) -> str:
+    """What a whisker is, said exactly: the order-statistic interval of the median (stats.summary.median_interval)
+    with its label when every point shares it (e.g. "min-max of 3 rounds (covers the median with 75.0 %)"), else the
+    rule and "each point's coverage in its tooltip". Never "bootstrap": these intervals are order statistics."""
+    got = sorted({str(x) for x in labels if isinstance(x, str) and x})
+    if len(got) == 1:
+        return f"the order-statistic interval of the median: {got[0]}"
+    return ("the order-statistic interval of the median (95 % from 6 rounds, below that the min-max; each point's "
+            "coverage in its tooltip)")
+
+
+def measured_verify_widths(doc: dict) -> list[int]:
+    """The widths k whose verify forwards the decode loop timed (rows' loop_costs.verify[k].calls > 0): the fitted
+    curve is drawn only there, not as if measured beyond."""
+    out = set()
+    for m in (doc.get("methods") or {}).values():
+        for r in (m.get("rows") or {}).values():
+            v = (r.get("loop_costs") or {}).get("verify") if isinstance(r.get("loop_costs"), dict) else None
+            for k, rec in (v or {}).items():
+                if str(k).isdigit() and isinstance(rec, dict) and _num(rec.get("calls")) and rec["calls"] > 0:
+                    out.add(int(k))
+    return sorted(out)
+
+
+def bound_exceeded(doc: dict) -> list[int]:
+    """The widths where a measured oracle row's median lies above the plotted bound."""
+    bound = {int(w): v for w, v in (doc.get("upper_bound_speedup") or {}).items() if _num(v)}
+    out = []
+    for k, r in (doc.get("references") or {}).items():
+        if k.startswith("oracle-w") and k[len("oracle-w"):].isdigit() and isinstance(r, dict):
+            w = int(k[len("oracle-w"):])
+            if w in bound and _num(r.get("speedup")) and r["speedup"] > bound[w]:
+                out.append(w)
+    return sorted(out)
+
+
 # --- the figures -------------------------------------------------------------------------------------------
 
 def speedup_vs_width(doc: dict) -> str:
-    """Median paired speedup over greedy against the verify width, one line per method, whisker = 95 % CI."""
+    """Median paired speedup over greedy against the verify width, one line per method; whisker: the row's
+    order-statistic interval of the median (its label in each tooltip)."""
     pid, label = "plot-speedup-width", "speedup over greedy against verify width, per method"
     colours = _colours(doc)
-    data = {mid: sorted((int(w), r.get("speedup"), r.get("speedup_ci")) for w, r in m["rows"].items())
+    data = {mid: sorted((int(w), r.get("speedup"), r.get("speedup_ci"), r.get("speedup_ci_label"))
+                        for w, r in m["rows"].items())
             for mid, m in doc["methods"].items() if mid in colours}
     pts = [p for ps in data.values() for p in ps]
     if not pts:
@@ -182,13 +220,41 @@ def speedup_vs_width(doc: dict) -> str:
     lo_w, hi_w = widths[0], widths[-1]
     xr = (lo_w - 0.5, hi_w + 0.5) if lo_w == hi_w else (lo_w - 0.04 * (hi_w - lo_w) - 0.3,
                                                           hi_w + 0.04 * (hi_w - lo_w) + 0.3)
+    labels = {p[3] for p in pts}
+    short = labels.pop().split(" (")[0] if len(labels) == 1 and None not in labels else "median interval"
     fr = Frame(xr, _range(ys, include=(1.0,)), xticks=widths, fmt_y="{:g}×", xlabel="verify width w",
-               ylabel="speedup over greedy", title="speedup vs verify width (whisker: 95 % CI)")
+               ylabel="speedup over greedy", title=f"speedup vs verify width (whisker: {short})")
     body = [fr.axes(), fr.hline(1.0, "1× normal")]
     for mid, ps in data.items():
-        body.append(series(fr, mid, ps, colours[mid],
-                           label=lambda p, mid=mid: f"{mid} w{p[0]}: {_g(p[1])}× (95 % CI "
-                                                    f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
+        body.append(series(fr, mid, [p[:3] for p in ps], colours[mid],
+                           label=lambda p, mid=mid, ps=ps: f"{mid} w{p[0]}: {_g(p[1])}× ("
+                           f"{dict((q[0], q[3]) for q in ps).get(p[0]) or 'interval'} "
+                           f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
+    keys, kh = legend([(mid, colours[mid]) for mid in data], PAD["left"], W - PAD["left"])
+    return svg(pid, label, "".join(body) + keys, extra_height=kh)
+
+
+def tokens_per_call(doc: dict) -> str:
+    """Tokens per target call against the verify width, one line per method (normal: 1). Deterministic for a fixed
+    setting, so no whisker: the figure the gate's tokens-per-call check reads."""
+    pid, label = "plot-tokens-per-call", "tokens per target call against verify width, per method"
+    colours = _colours(doc)
+    data = {mid: sorted((int(w), r.get("tokens_per_target_call")) for w, r in m["rows"].items()
+                        if _num(r.get("tokens_per_target_call")))
+            for mid, m in doc["methods"].items() if mid in colours}
+    data = {k: v for k, v in data.items() if v}
+    pts = [p for ps in data.values() for p in ps]
+    if not pts:
+        return _empty(pid, label, "no speculative method was measured")
+    widths = sorted({p[0] for p in pts})
+    xr = (widths[0] - 0.5, widths[-1] + 0.5)
+    fr = Frame(xr, _range([p[1] for p in pts], include=(1.0,)), xticks=widths if len(widths) <= 16 else None,
+               fmt_y="{:g}", xlabel="verify width w", ylabel="tokens per target call",
+               title="tokens per target call (deterministic: no interval)")
+    body = [fr.axes(), fr.hline(1.0, "1 = greedy")]
+    for mid, ps in data.items():
+        body.append(series(fr, mid, ps, colours[mid], label=lambda p, mid=mid: f"{mid} w{p[0]}: {_g(p[1])} tokens "
+                                                                               "per target call"))
     keys, kh = legend([(mid, colours[mid]) for mid in data], PAD["left"], W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, extra_height=kh)
 
@@ -227,6 +293,9 @@ def verify_cost(doc: dict) -> str:
     drafter would reach, against the oracle rows (replayed greedy drafts, measured: whisker = 95 % CI)."""
     pid, label = "plot-verify-cost", "verify-cost curve, the speedup bound and the oracle rows"
     ratio = {int(w): v for w, v in ((doc.get("verify_cost") or {}).get("ratio") or {}).items() if _num(v)}
+    measured = measured_verify_widths(doc)
+    if measured:  # the loop's fit: drawn only at the widths the loop timed (runs before schema 7: the isolated curve)
+        ratio = {w: v for w, v in ratio.items() if w in measured}
     bound = {int(w): v for w, v in (doc.get("upper_bound_speedup") or {}).items() if _num(v)}
     oracle = {int(k.split("-w", 1)[1]): r for k, r in (doc.get("references") or {}).items()
               if k.startswith("oracle-w") and k.split("-w", 1)[1].isdigit() and isinstance(r, dict)}
@@ -242,15 +311,16 @@ def verify_cost(doc: dict) -> str:
     oy = [v for r in oracle.values() for v in (r.get("speedup"), *(r.get("speedup_ci") or ()))]
     right = Frame(xr, _range([*bound.values(), *oy], include=(1.0,)), x0=half, width=half, xticks=ticks,
                   fmt_y="{:g}×", xlabel="verify width w", ylabel="speedup over greedy",
-                  title="bound (w+1)·t_dec/t_ver(w) vs oracle drafts")
+                  title="model bound vs oracle drafts (measured)")
     body = [left.axes(), left.hline(1.0), right.axes(), right.hline(1.0, "1× normal")]
     body.append(series(left, "verify cost", sorted(ratio.items()), "#7fb2ff",
                        label=lambda p: f"t_verify({p[0]})/t_decode = {_g(p[1])}"))
     body.append(series(right, "bound", sorted(bound.items()), "#f5c26b", dash="5,3",
                        label=lambda p: f"bound at w{p[0]}: {_g(p[1])}×"))
     body.append(series(right, "oracle", [(w, r.get("speedup"), r.get("speedup_ci")) for w, r in sorted(oracle.items())],
-                       "#5fd38d", label=lambda p: f"oracle w{p[0]}: {_g(p[1])}× measured (95 % CI "
-                                                  f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
+                       "#5fd38d", label=lambda p: f"oracle w{p[0]}: {_g(p[1])}× measured ("
+                       f"{(oracle.get(p[0]) or {}).get('speedup_ci_label') or 'interval'} "
+                       f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
     keys, kh = legend([("t_verify(w)/t_decode", "#7fb2ff"), ("bound", "#f5c26b"), ("oracle (measured)", "#5fd38d")],
                       PAD["left"], 2 * W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, width=2 * W, extra_height=kh)
@@ -259,17 +329,21 @@ def verify_cost(doc: dict) -> str:
 def noise(doc: dict) -> str:
     """The A/A figure: every dflash-vs-dflash round at the ranking width (the ratio the selection compares, timed
     against itself) and, for runs before schema 7, their normal-vs-normal rounds, in the order timed, with a band
-    of ± the run's noise figure (the pooled robust SD of per-round log ratios that the noise gate reads)."""
+    of ± the run's noise figure (the pooled robust SD of per-round log ratios that the noise flag reads)."""
     pid, label = "plot-noise", "A/A rounds: identical work timed against itself"
     n = doc.get("noise") or {}
     aa = [x for x in (n.get("legacy_aa") or {}).get("rounds") or [] if _num(x)]
+    if not aa:  # normal timed against itself in the same rounds: its row's "speedup" is this A/A, not a speedup
+        nrow = (((doc.get("methods") or {}).get("normal") or {}).get("rows") or {}).get("0") or {}
+        aa = [x for x in nrow.get("speedup_rounds") or [] if _num(x)]
+        aa = aa if len(aa) >= 2 else []  # one round shows no spread
     rk = doc.get("ranking") or {}
     base = rk.get("baseline")
     w = rk.get("width")
     brow = ((doc.get("methods") or {}).get(base or "") or {}).get("rows", {}).get(str(w)) or {}
     bb = [x for x in brow.get("vs_baseline_rounds") or [] if _num(x)] if rk.get("statistic") == "vs_baseline" else []
     if not aa and not bb:
-        return _empty(pid, label, "this run timed no A/A rounds (it predates the noise gate)")
+        return _empty(pid, label, "this run timed no A/A rounds")
     sigma, th = n.get("sigma"), n.get("threshold")
     lo_b, hi_b = (math.exp(-sigma), math.exp(sigma)) if _num(sigma) else (1.0, 1.0)
     nmax = max(len(aa), len(bb))
@@ -290,7 +364,7 @@ def noise(doc: dict) -> str:
     if bb:
         body.append(series(fr, f"{base} vs {base}", list(enumerate(bb, 1)), "#7fb2ff", line=False,
                            label=lambda p: f"{base} vs {base} at w{w}, round {p[0]}: {_g(p[1], 4)}"))
-    entries = ([("normal vs normal (runs before schema 7)", "#f5c26b")] if aa else []) + \
+    entries = ([("normal vs normal", "#f5c26b")] if aa else []) + \
         ([(f"{base} vs {base} (w{w})", "#7fb2ff")] if bb else [])
     keys, kh = legend(entries, PAD["left"], W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, extra_height=kh)

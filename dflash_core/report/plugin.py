@@ -172,7 +172,7 @@ def report_root(config) -> Path:
 
 def noise_warning(rounds: dict[str, list[float]], baseline_first: dict[str, list[bool]] | None = None, *,
                   threshold: float) -> str | None:
-    """The stderr warning of the noise gate over a session's ranking rounds (case -> ratios against dflash; each
+    """The stderr warning of the noise flag over a session's ranking rounds (case -> ratios against dflash; each
     round's leg order: True where dflash ran first), or None when the run was quiet (or has no ranking rounds)."""
     from .ranking import noise_of_rounds  # lazy: scipy, only when a report is written
 
@@ -180,8 +180,8 @@ def noise_warning(rounds: dict[str, list[float]], baseline_first: dict[str, list
     if not n["noisy"]:
         return None
     return (f"dflash WARNING: noisy machine: the ranking rounds' noise figure is {100 * n['sigma']:.1f} % (threshold "
-            f"{100 * n['threshold']:.1f} %, --bench-noise-threshold); the ranking's resolution widens with it and no "
-            "single winner is named")
+            f"{100 * n['threshold']:.1f} %, --bench-noise-threshold); the ranking's resolution widens with it, "
+            "so only a lead beyond that names a winner")
 
 
 def session_rounds(sess) -> tuple[dict[str, list[float]], dict[str, list[bool]]]:

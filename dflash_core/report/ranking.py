@@ -1,4 +1,4 @@
-"""The report's ranking: which rounds are ranked, the selection with its guarantee (bench/selection.py), the
+"""The report's ranking: which rounds are ranked, the selection with its guarantee (stats/selection.py), the
 run's noise figure, the ranking's own A/A (dflash against dflash) and the position effect of the leg order.
 
 Everything here is recomputed from the saved rows, so a saved run rebuilds with the code of the day; what an
@@ -11,8 +11,8 @@ import math
 import statistics
 
 from ..bench.config import BASELINE
-from ..bench.selection import NOT_FASTEST, RULE, adjusted_noise, rank
-from ..bench.stats import leading_width, median_interval
+from ..stats.selection import NOT_FASTEST, RULE, adjusted_noise, rank
+from ..stats.summary import leading_width, median_interval
 
 NOISE_FIGURE = "pooled robust SD (MAD x 1.4826, small-sample factor) of the ranked cases' per-round log ratios"
 
@@ -104,6 +104,15 @@ def _legacy_aa(docs: list[dict]) -> dict | None:
     return {"rounds": xs, "spread": max(abs(x - 1.0) for x in xs)} if xs else None
 
 
+def _lead(lead: dict | None) -> dict | None:
+    """select_best's lead of the top estimate over the next, as fractions (0.22: 22 % faster)."""
+    if lead is None:
+        return None
+    return {"over": lead["over"], "estimate": math.expm1(lead["estimate"]), "lo": math.expm1(lead["lo"]),
+            "hi": math.expm1(lead["hi"]), "resolution_noise_hi": math.expm1(lead["resolution_noise_hi"]),
+            "noise_could_change": lead["noise_could_change"]}
+
+
 def build_ranking(methods: dict, settings: dict, docs: list[dict], resolution: float, threshold: float,
                   limitations: list[str]) -> dict:
     """The ranking, its noise figure and position effect as benchmark.json fields, and each method's `best` ranking
@@ -135,7 +144,7 @@ def build_ranking(methods: dict, settings: dict, docs: list[dict], resolution: f
         "resolution": resolution, "resolution_effective": math.expm1(out["resolution"]),
         "critical_value": out["critical_value"], "resamples": out["resamples"],
         "rounds": {k: int(v) for k, v in out["rounds"].items()},
-        "g1": list(out["g1"]), "winner": out["winner"], "gated": out["gated"],
+        "g1": list(out["g1"]), "winner": out["winner"], "lead": _lead(out["lead"]),
         "winner_lead_lo": None if out["winner_lead_lo"] is None else math.expm1(out["winner_lead_lo"]),
         "below": {k: {"gap_lo": max(0.0, math.expm1(v["gap_lo"])), "claim": v["claim"]}
                   for k, v in out["below"].items()},

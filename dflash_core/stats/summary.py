@@ -1,5 +1,5 @@
 """The lab's statistics of one case and of one run: quartiles, order-statistic intervals of a median, one-sided
-limits for goals, and the run's noise figure. The selection of the best method is `bench/selection.py`.
+limits for goals, and the run's noise figure. The selection of the best method is `stats/selection.py`.
 
 Plain functions over the per-round ratios the benchmark saves (`speedup_rounds`, `vs_baseline_rounds`), so the
 report builder recomputes everything from saved runs and the benchmark, the calibration tables and the report
@@ -64,12 +64,6 @@ def finite(xs: Iterable[float]) -> np.ndarray:
     """The finite values of `xs` as a float array."""
     a = np.asarray([float(x) for x in xs], dtype=float)
     return a[np.isfinite(a)]
-
-
-def log_ratios(ratios: Iterable[float]) -> np.ndarray:
-    """Log of the finite positive ratios (a round with a zero wall carries no ratio)."""
-    a = finite(ratios)
-    return np.log(a[a > 0])
 
 
 # --- one case: intervals and limits of a median ---------------------------------------------------------

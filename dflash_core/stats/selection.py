@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from .stats import CONFIDENCE, MIN_LABELLED_N, SEED, consistency_factor, finite, pooled_mad_sd, residuals, robust_noise
+from .medians import MEMORY_BYTES, deviations
+from .summary import CONFIDENCE, SEED, finite, robust_noise
 
 RESAMPLES = 4000
 # The groups' indifference zone is r = max(user resolution, K_RESOLUTION * sigma / sqrt(n)). Why 2.5: the run-to-run
@@ -33,7 +34,6 @@ RESAMPLES = 4000
 # (sigma ~1.2 %, 16 rounds) it is 0.75 % and the user's 2 % governs; at the noise threshold (3 %) 1.9 %; loaded
 # (10 %) 6 %: a noisy run widens G1 by itself. It does not touch the guarantee, which holds for any r.
 K_RESOLUTION = 2.5
-MEMORY_BYTES = 50_000_000  # bound on the bootstrap's temporaries, whatever the number of rounds
 RULE = "mcb"  # benchmark.json `ranking.rule`
 SLOWER, NOT_FASTEST = "slower than the fastest by more than r", "not the fastest"
 
@@ -56,45 +56,6 @@ def fixed_design(per_case: Mapping[str, Sequence[float]], rounds: int) -> dict[s
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     return {k: [float(x) for x in list(v)[:rounds]] for k, v in per_case.items()}
-
-
-def boot_medians(pool: np.ndarray, n: int, size: int, rng: np.random.Generator) -> np.ndarray:
-    """`size` bootstrap medians of `n` draws with replacement from the sorted `pool`, in O(size) memory.
-
-    Why not resample: a saved run may carry a million rounds in a case. The k-th order statistic of n draws from
-    an empirical distribution of N points is pool[ceil(N U_(k)) - 1] with U_(k) ~ Beta(k, n - k + 1), so a median is
-    drawn exactly from one beta variate (two for even n: the next uniform order statistic is
-    U_(k) + (1 - U_(k)) Beta(1, n - k))."""
-    big = pool.size
-    m = (n + 1) // 2
-    u = rng.beta(m, n - m + 1, size=size)
-    lo = pool[np.clip(np.ceil(big * u).astype(np.int64) - 1, 0, big - 1)]
-    if n % 2:
-        return lo
-    u2 = u + (1.0 - u) * rng.beta(1, n - m, size=size)
-    return 0.5 * (lo + pool[np.clip(np.ceil(big * u2).astype(np.int64) - 1, 0, big - 1)])
-
-
-def _deviations(cases: list[np.ndarray], sigma: float, factor: float, resamples: int, seed: int,
-                heteroscedastic: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(bootstrap deviations th* - th, resamples x cases; each case's scale lambda). Case i's median is redrawn from
-    n_i draws of the pooled residuals, rescaled so their MAD-SD is the run's sigma, times lambda_i = max(1, own
-    MAD-SD / sigma) for cases of >= 6 rounds: a case noisier than the pool keeps its own width, none is made
-    narrower (without it, a 3x noisier best was in G1 in 82 % of runs instead of 98 %)."""
-
-    pool = np.sort(np.concatenate(residuals(cases))) * factor
-    centre = float(np.median(pool))
-    lam = np.ones(len(cases))
-    if heteroscedastic:
-        for t, a in enumerate(cases):
-            if a.size >= MIN_LABELLED_N:
-                own = pooled_mad_sd(residuals([a])) * consistency_factor([a.size], seed=seed)
-                lam[t] = max(1.0, own / sigma)
-    rng = np.random.default_rng(seed)
-    dev = np.empty((resamples, len(cases)))
-    for t, a in enumerate(cases):
-        dev[:, t] = lam[t] * (boot_medians(pool, int(a.size), resamples, rng) - centre)
-    return dev, lam
 
 
 def _critical_value(dev: np.ndarray, s_pair: np.ndarray, confidence: float) -> float:
@@ -141,7 +102,7 @@ def select_best(per_case_log_ratios: Mapping[str, Sequence[float]], resolution: 
            "rounds": dict(zip(ids, ns.tolist())), "resolution": r, "resolution_user": math.log1p(resolution),
            "k": k, "sigma": sigma, "confidence": confidence, "resamples": resamples, "critical_value": None,
            "se": {}, "scale": {}, "upper": {}, "lower": {}, "below": {}, "g1": list(ids), "winner": None,
-           "winner_lead_lo": None}
+           "winner_lead_lo": None, "lead": None}
     if len(ids) < 2 or sigma is None or not sigma > 0:
         out["g1"] = sorted(ids, key=lambda i: -out["estimate"][i])
         return out  # one case, or no spread measured: nothing is resolved
@@ -149,7 +110,7 @@ def select_best(per_case_log_ratios: Mapping[str, Sequence[float]], resolution: 
     if m * m * 8 * 4 > MEMORY_BYTES:
         raise ValueError(f"{m} cases exceed the bootstrap's memory bound ({MEMORY_BYTES} bytes)")
     resamples = int(max(200, min(resamples, MEMORY_BYTES // (8 * m))))
-    dev, lam = _deviations(arrays, float(sigma), float(noise["factor"]), resamples, seed, heteroscedastic)
+    dev, lam = deviations(arrays, float(sigma), float(noise["factor"]), resamples, seed, heteroscedastic)
     se = np.maximum(dev.std(axis=0, ddof=1), 1e-12)
     s_pair = np.sqrt(se[:, None] ** 2 + se[None, :] ** 2)
     c = _critical_value(dev, s_pair, confidence) if simultaneous else float(sps.norm.ppf(1 - (1 - confidence) / 2))
@@ -167,7 +128,18 @@ def select_best(per_case_log_ratios: Mapping[str, Sequence[float]], resolution: 
         if not in_g1[t]:
             gap = float(np.min(theta[g1_idx] - theta[t] - c * s_pair[g1_idx, t]))
             below[ids[t]] = {"gap_lo": gap, "claim": SLOWER if gap > r else NOT_FASTEST}
-    out.update(critical_value=c, resamples=resamples, se=dict(zip(ids, se.tolist())),
+    second = int(order[1])
+    # the leader's lead over the next estimate, on the joint event: at least lower[top] over every other method, at
+    # most its gap to the runner-up plus c s; and whether the lead would still exceed r with the noise figure at the
+    # upper end of its interval (every s and r scaled by that sigma): if not, the machine's noise could change it
+    sig_hi = (noise.get("ci") or [None, None])[1]
+    stretch = float(sig_hi) / float(sigma) if sig_hi and math.isfinite(float(sig_hi)) else 1.0
+    r_hi = effective_resolution(resolution, sigma * stretch, float(np.median(ns)), k)
+    lo_hi = float(np.min(np.where(off[top], diff[top] - c * stretch * s_pair[top], np.inf)))
+    lead = {"over": ids[second], "estimate": float(diff[top, second]), "lo": float(lower[top]),
+            "hi": float(diff[top, second] + c * s_pair[top, second]), "resolution_noise_hi": r_hi,
+            "lo_noise_hi": lo_hi, "noise_could_change": bool((lower[top] > r) != (lo_hi > r_hi))}
+    out.update(critical_value=c, resamples=resamples, se=dict(zip(ids, se.tolist())), lead=lead,
                scale=dict(zip(ids, lam.tolist())), upper=dict(zip(ids, upper.tolist())),
                lower=dict(zip(ids, lower.tolist())),
                g1=[ids[t] for t in order if in_g1[t]], winner=winner, below=below,
@@ -225,14 +197,18 @@ def rank(per_case_ratios: Mapping[str, Sequence[float]], resolution: float, roun
     """The whole ranking of a run from each case's per-round ratios against the baseline: cut to the declared
     `rounds` (`fixed_design`; None keeps every round), the position effect of the leg order removed
     (`position_adjusted`, given each round's order: True where the baseline leg ran first), the noise figure over
-    those rounds (`robust_noise`), then MCB (`select_best`). When the noise figure exceeds `threshold` no single
-    winner is named (`gated`), whatever MCB says: the noise gate is a rule, not a banner beside a winner. Returns
-    select_best's record with `noise`, `position_delta`, `design_rounds`, `gated` and `guarantee`."""
+    those rounds (`robust_noise`), then MCB (`select_best`).
+
+    The noise rule: a winner is named when its simultaneous lower bound on the lead exceeds the noise-widened
+    resolution r = max(resolution, k sigma / sqrt(n)), MCB's own rule, so a noisy run widens r and the intervals by
+    itself; `threshold` only flags the run as noisy (a banner, a stderr warning). Why not a gate that names no winner
+    above a fixed threshold: every VM seen reads 4-9 %, so a 3 % gate suppressed leads of ~22 % against a 3.2 %
+    resolution; the widened r keeps the false-winner rate at MCB's (tests/test_selection.py: <= 5 %, measured
+    0-0.1 % at a 1.4 % true gap, quiet or loaded). `lead.noise_could_change` says whether the verdict would flip with
+    the noise figure at the upper end of its interval. Returns select_best's record with `noise`,
+    `position_delta`, `design_rounds` and `guarantee`."""
     logs, delta, noise = adjusted_noise(per_case_ratios, rounds=rounds, threshold=threshold, confidence=confidence,
                                         seed=seed, baseline_first=baseline_first)
     out = select_best(logs, resolution, confidence, resamples=resamples, seed=seed, noise=noise)
-    gated = bool(noise["noisy"] and out["winner"] is not None)
-    if noise["noisy"]:
-        out["winner"], out["winner_lead_lo"] = None, None
-    return {**out, "noise": noise, "position_delta": delta, "design_rounds": rounds, "gated": gated,
+    return {**out, "noise": noise, "position_delta": delta, "design_rounds": rounds,
             "guarantee": guarantee_sentence(confidence, out["resolution"])}
