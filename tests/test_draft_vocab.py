@@ -110,10 +110,12 @@ def test_teacher_forced_labels_stop_where_the_text_leaves_the_target_predictions
     preds[0, 4] = 9  # the target predicted 9 where the text has 5: labels after position 4 are not greedy
     ft = torch.randn(1, 8, H, dtype=torch.float64)
     anc = torch.tensor([[2]])
-    # labels at 3, 4, 5, 6: valid are 3 (always), 4 (text 3 == pred 3), 5 (text 4 == pred 4); 6 needs text 5 == 9
-    w = block_loss(d, embed, head, tok, ft, anc, 1e9, preds=preds)
-    full = block_loss(d, embed, head, tok, ft, anc, 1e9, preds=None)
-    assert float(w[0].detach()) < float(full[0].detach())  # one of four rows dropped
+    # labels preds[3..6]: valid are 3 (always) and 4 (text 3 == pred 3); 5 needs text 4 == pred 4 = 9: not greedy
+    got = block_loss(d, embed, head, tok, ft, anc, 1e9, preds=preds)[0].detach()
+    only = torch.tensor([[[True, True, False, False]]])
+    want = block_loss(d, embed, head, tok, ft, anc, 1e9, preds=preds, keep=only)[0].detach()
+    every = block_loss(d, embed, head, tok, ft, anc, 1e9, preds=tok)[0].detach()  # generated: all four rows
+    assert torch.allclose(got, want) and not torch.allclose(got, every)
     data = TeacherData([tok[0].tolist()], [1], preds=[preds[0]])
     assert label_counts(data, [0], V)[9] == 1 and data.own_tokens(0).tolist() == preds[0, 1:].tolist()
 
@@ -127,3 +129,20 @@ def test_forced_text_skips_seed_lines_and_lines_that_leak_a_held_out_prompt(tmp_
                                  ["A line a seed was cut from, long enough."])
     assert lines == ["A clean line of prose that nobody seeded."]
     assert rec["lines_dropped_heldout"] == 1 and rec["lines_with_a_seed"] == 1
+
+
+def test_the_transformers_export_records_the_map_and_a_hostile_one_is_refused():
+    from types import SimpleNamespace
+
+    from dflash_core.errors import BadInputError
+    from dflash_core.prepare.drafter_format import check_hf_config, drafter_config_from_hf, hf_config
+
+    d = _drafter()
+    doc = hf_config(d.cfg, SimpleNamespace(), None, d.d2t).to_dict()
+    doc["model_type"] = "muse_glimmer_assistant"
+    check_hf_config(doc, "test")
+    assert drafter_config_from_hf(doc, V).draft_vocab == K and doc["dflash_draft_to_target"] == d.d2t.tolist()
+    for bad in ({"dflash_draft_to_target": doc["dflash_draft_to_target"][:-1]},
+                {"dflash_draft_to_target": ["1"] * K}, {"dflash_draft_vocab_size": None}):
+        with pytest.raises(BadInputError, match="dflash_draft"):
+            check_hf_config({**doc, **bad}, "test")

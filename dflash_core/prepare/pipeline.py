@@ -40,9 +40,10 @@ from .train import TrainConfig
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
-RECIPE = ("2026-12-01b: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
-          "vocab >= 16384, shipped training text for every target (issue 29)")
-DEFAULTS_SHA256 = "567524de51bd70a9231a161b94e26656606c99c022ee319b9411d1f15c568148"
+RECIPE = ("2026-12-02c: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
+          "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
+          "and teacher-forced text (issue 39)")
+DEFAULTS_SHA256 = "48538b78969c65b58d23e0ec445733aa1f8d98e25900939cf0f78aa9a645b8c9"
 
 
 @dataclass(frozen=True)
