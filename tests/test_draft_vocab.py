@@ -86,6 +86,7 @@ def test_the_draft_vocabulary_is_the_most_frequent_ids_by_coverage():
     assert d2t.numel() == 512 and set(range(300)) <= set(d2t.tolist())  # rounded up to 256s
     assert coverage_of(counts, d2t) >= 0.9
     assert draft_vocabulary(counts, 7, 0.9).tolist() == list(range(7))
+    assert draft_vocabulary(counts, "auto", 0.9, floor=768).numel() == 768
     assert resolve_draft_vocab("auto", 2048) == "off" and resolve_draft_vocab("auto", 49152) == "auto"
 
 

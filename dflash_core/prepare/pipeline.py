@@ -43,7 +43,7 @@ TRAJ_FILE = "trajectories.json"
 RECIPE = ("2026-12-02c: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
           "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
           "and teacher-forced text (issue 39)")
-DEFAULTS_SHA256 = "48538b78969c65b58d23e0ec445733aa1f8d98e25900939cf0f78aa9a645b8c9"
+DEFAULTS_SHA256 = "1ef1fe49e353cb18ce87717da25ac603e0daa105c71c677bd35de5ce56c64026"
 
 
 @dataclass(frozen=True)
