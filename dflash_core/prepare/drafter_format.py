@@ -13,6 +13,10 @@ ours counts the drafted tokens (theirs = ours + 1).
 * `load_hf_drafter` reads such a checkpoint (a local directory or a hub id) back into our `DFlashDrafter`
   without running or unpickling anything (config.json + safetensors), and `check_compatible` refuses a
   drafter made for another target (hidden size, taps beyond its layers, vocabulary) with the fix.
+* A draft vocabulary (`DrafterConfig.draft_vocab`, the map `d2t`) has no transformers field: the export records
+  it in config.json as `dflash_draft_vocab_size` and `dflash_draft_to_target` (K target ids), which
+  `load_hf_drafter` reads back (checked: K, shape, range, uniqueness). transformers' own `generate` ignores them
+  and drafts over the full head: other drafts, still lossless, since the target verifies every token.
 """
 
 from __future__ import annotations
@@ -76,8 +80,9 @@ def _rename(name: str, table_top: dict, table_layer: dict) -> str:
 
 
 def to_hf_state_dict(state_dict: dict) -> dict:
-    """Our drafter's state dict under transformers' names (the same tensors)."""
-    return {_rename(k, _TOP, _LAYER): v for k, v in state_dict.items()}
+    """Our drafter's state dict under transformers' names (the same tensors); the draft vocabulary's map `d2t`
+    goes to config.json (`hf_config`), transformers' model has no such weight."""
+    return {_rename(k, _TOP, _LAYER): v for k, v in state_dict.items() if k != "d2t"}
 
 
 def from_hf_state_dict(state_dict: dict) -> dict:
@@ -96,13 +101,17 @@ def from_hf_state_dict(state_dict: dict) -> dict:
     return out
 
 
-def hf_config(dcfg, target_config, identity: dict | None = None):
-    """transformers' config for our drafter config `dcfg`, with the target's special ids and identity."""
+def hf_config(dcfg, target_config, identity: dict | None = None, d2t=None):
+    """transformers' config for our drafter config `dcfg`, with the target's special ids and identity (and the
+    draft vocabulary's map `d2t`, when it has one)."""
     from transformers import MuseGlimmerAssistantConfig
 
     extra = {}
+    if dcfg.draft_vocab:
+        extra = {"dflash_draft_vocab_size": int(dcfg.draft_vocab),
+                 "dflash_draft_to_target": [int(t) for t in d2t.tolist()]}
     if identity:
-        extra = {"dflash_target_vocab_size": int(identity.get("vocab_size", dcfg.vocab_size)),
+        extra |= {"dflash_target_vocab_size": int(identity.get("vocab_size", dcfg.vocab_size)),
                  "dflash_target_tokenizer_sha256": identity.get("tokenizer_sha256"),
                  "dflash_target_content_sha256": identity.get("content_sha256")}
     return MuseGlimmerAssistantConfig(
@@ -124,7 +133,7 @@ def to_hf_model(drafter, target_config, identity: dict | None = None):
     import torch
     from transformers import MuseGlimmerAssistantModel
 
-    cfg = hf_config(drafter.cfg, target_config, identity)
+    cfg = hf_config(drafter.cfg, target_config, identity, getattr(drafter, "d2t", None))
     p = next(drafter.parameters())
     model = MuseGlimmerAssistantModel(cfg).to(dtype=p.dtype, device=p.device)
     with torch.no_grad():
@@ -272,6 +281,16 @@ def check_hf_config(doc: dict, where: str) -> None:
     for k in ("dflash_target_tokenizer_sha256", "dflash_target_content_sha256"):
         if doc.get(k) is not None and not isinstance(doc[k], str):
             raise BadInputError(f"--drafter {where}: config.json field {k} must be a string: {fix}")
+    k = doc.get("dflash_draft_vocab_size")
+    if k is not None and not _int_in(k, 1, 1 << 24):
+        raise BadInputError(f"--drafter {where}: config.json field dflash_draft_vocab_size must be a positive "
+                            f"integer: {fix}")
+    d2t = doc.get("dflash_draft_to_target")
+    if (k is None) != (d2t is None) or (d2t is not None and not (
+            isinstance(d2t, list) and len(d2t) == k and all(_int_in(t, 0, (1 << 24) - 1) for t in d2t))):
+        raise BadInputError(f"--drafter {where}: config.json fields dflash_draft_vocab_size and "
+                            "dflash_draft_to_target must come together, the second a list of that many token ids: "
+                            f"{fix}")
     types = doc.get("layer_types")
     if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
         raise BadInputError(f"--drafter {where}: config.json field layer_types must be a list of strings: {fix}")
@@ -323,7 +342,8 @@ def drafter_config_from_hf(doc: dict, vocab_size: int):
                          rope_theta=float(rope.get("rope_theta", 500000.0)), norm_eps=float(doc["rms_norm_eps"]),
                          mask_token_id=int(doc["mask_token_id"]),
                          kv_heads=None if nkv == nh else nkv,
-                         attn_head_dim=None if hd == H // nh else hd)
+                         attn_head_dim=None if hd == H // nh else hd,
+                         draft_vocab=int(doc.get("dflash_draft_vocab_size") or 0))
 
 
 def check_compatible(doc: dict, rt, identity: dict | None = None) -> None:
@@ -378,14 +398,24 @@ def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
     if bad:
         raise BadInputError(f"--drafter {directory}: weights {sorted(bad)[:4]} hold NaN or infinite values: the "
                             "checkpoint is broken; re-export or re-download it")
+    from ..runtime.drafter import check_draft_map
+
+    d2t = doc.get("dflash_draft_to_target")
+    d2t = None if d2t is None else torch.tensor(d2t, dtype=torch.long)
+    try:
+        check_draft_map(dcfg, d2t, f"--drafter {directory}")
+    except ValueError as exc:
+        raise BadInputError(f"{exc}: re-export the drafter for this target") from exc
     drafter = DFlashDrafter(dcfg)
     ours = from_hf_state_dict(sd)
+    if d2t is not None:
+        ours["d2t"] = d2t
     missing = sorted(set(drafter.state_dict()) - set(ours))
     if missing:
         raise ArtifactError(f"--drafter {directory}: weights {missing[:4]} are missing: the checkpoint is "
                             "incomplete; re-export or re-download it")
     try:
-        drafter.load_state_dict({k: v.float() for k, v in ours.items()}, strict=True)
+        drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ours.items()}, strict=True)
     except RuntimeError as exc:
         raise ArtifactError(f"--drafter {directory}: a weight has the wrong shape for its config.json "
                             f"({str(exc).splitlines()[-1].strip()[:200]}): the checkpoint is inconsistent") from exc

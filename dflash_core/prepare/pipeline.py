@@ -58,9 +58,10 @@ from .traindata import TrainText, _digest, cut_seeds, load_train_text
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
-RECIPE = ("2026-12-01b: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
-          "vocab >= 16384, shipped training text for every target (issue 29)")
-DEFAULTS_SHA256 = "567524de51bd70a9231a161b94e26656606c99c022ee319b9411d1f15c568148"
+RECIPE = ("2026-12-02c: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
+          "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
+          "and teacher-forced text (issue 39)")
+DEFAULTS_SHA256 = "1ef1fe49e353cb18ce87717da25ac603e0daa105c71c677bd35de5ce56c64026"
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class PrepareConfig:
     drafter_layers: int = 1
     drafter_heads: int = 4
     drafter_intermediate: int | None = None  # None: 2 x target hidden
+    forced_tokens: int | str = "auto"  # teacher-forced target passes over training text (`teacher.forced_data`), in
+    # tokens: auto = FORCED_TOKENS at a real vocabulary (>= train.LARGE_VOCAB), 0 elsewhere (the mini's recipe)
+    forced_length: int = 128  # tokens per teacher-forced chunk
     train_data: str | None = None  # --train-data: where train seeds are cut from (None: the family's shipped corpus)
     train: TrainConfig = field(default_factory=TrainConfig)
     aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
@@ -86,7 +90,41 @@ class PrepareConfig:
         return asdict(self)
 
 
+FORCED_TOKENS = 262144  # the auto budget of teacher-forced text at a real vocabulary (~1.8 GB of taps at 135M)
+
 log = logging.getLogger(__name__)
+
+
+def forced_token_budget(cfg: PrepareConfig, vocab: int) -> int:
+    from .train import LARGE_VOCAB
+
+    v = cfg.forced_tokens
+    if v == "auto":
+        return FORCED_TOKENS if vocab >= LARGE_VOCAB else 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise BadInputError(f"forced_tokens must be 'auto' or an integer >= 0, got {v!r}")
+    return v
+
+
+def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: bool):
+    """Teacher-forced passes over the training text's lines that no seed was cut from (held-out checked), up to
+    the token budget; (TeacherData or None, manifest record)."""
+    from .teacher import forced_data
+    from .traindata import forced_chunks, forced_lines, load_train_text
+
+    budget = forced_token_budget(cfg, rt.vocab_size)
+    if not budget or rt.tokenizer is None:
+        return None, {"tokens": 0}
+    t0 = time.perf_counter()
+    lines, rec = forced_lines(load_train_text(cfg.train_data, family), [rt.decode(list(s)) for s in seeds])
+    chunks = forced_chunks(rt.tokenizer, lines, budget, cfg.forced_length)
+    if not chunks:
+        return None, {**rec, "tokens": 0}
+    data = forced_data(rt, chunks, taps, progress=progress)
+    rec.update({"chunks": len(chunks), "tokens": sum(map(len, chunks)), "budget": budget,
+                "seconds": time.perf_counter() - t0})
+    _log(f"teacher-forced text: {rec['tokens']} tokens in {len(chunks)} chunks in {rec['seconds']:.1f}s")
+    return data, rec
 
 
 def _log(msg: str) -> None:
@@ -371,6 +409,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
             dropped = set(held_record.get("dropped_indexes", []))
             teacher = teacher.select([i for i in range(len(trajs)) if i not in dropped])
         trajs = teacher.sequences
+    forced, forced_record = (None, {"tokens": 0}) if imported is not None else \
+        forced_teacher(rt, cfg, family, seeds, taps, progress)
     if imported is not None:
         dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
         _log(f"using the transformers-format drafter {drafter} (block {dcfg.block_size}, taps {list(dcfg.taps)})")
@@ -381,12 +421,15 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                              intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
                              mask_token_id=mask_token_for(rt.config))
         _log(f"training the drafter ({cfg.train.steps} steps, block {cfg.block_size}, taps {list(dcfg.taps)})")
-        drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress, teacher=teacher, work=work)
+        drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress,
+                                         teacher=teacher if forced is None else teacher.extend(forced), work=work)
     if not lead:  # rank 0 fits the methods and writes; the others wait for the artifacts to be complete
         dist.barrier()
         return out
     files: dict[str, dict] = {}
-    sd = {k: v.detach().float().cpu().contiguous() for k, v in drafter.state_dict().items()}
+    dcfg = drafter.cfg  # training may have set its draft vocabulary
+    sd = {k: (v.detach().float() if v.is_floating_point() else v.detach()).cpu().contiguous()
+          for k, v in drafter.state_dict().items()}
     write_atomic(out / DRAFTER_FILE, tensor_bytes({"config": dcfg.to_dict(), "state_dict": sd}))
     files[DRAFTER_FILE] = file_entry(out / DRAFTER_FILE)
     write_json_atomic(out / TRAJ_FILE, {"family": family, "prompt_lens": [len(s) for s in seeds],
@@ -413,6 +456,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                     "tokens": len(trajs) * cfg.traj_tokens, "batched": "by prompt length, no padding", "key": key,
                     "ranks": world, "taps_and_top_k": "captured in the generating forwards", "top_k": top_k,
                     **({"reused_from": str(own)} if found is not None else {})},
+        "forced_text": forced_record,
         "fits": fits,
         "fit_seconds": time.perf_counter() - t_fit,
         "held_out": held_record,

@@ -44,6 +44,9 @@ class TeacherData:
     top_logits: list[torch.Tensor] | None = None  # [L - prompt_len, k] float32 each
     top_ids: list[torch.Tensor] | None = None  # [L - prompt_len, k] long each
     tap_layers: tuple[int, ...] = ()
+    # teacher-forced text (`forced_data`): per sequence the target's argmax prediction of each token [L] (row 0:
+    # the first token itself), None for a generated trajectory (its tokens are the target's own)
+    preds: list[torch.Tensor | None] | None = None
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -52,7 +55,26 @@ class TeacherData:
         """The trajectories with the given indexes (held-out drops, length filters), in that order."""
         pick = lambda xs: None if xs is None else [xs[i] for i in keep]  # noqa: E731
         return TeacherData([self.sequences[i] for i in keep], [self.prompt_lens[i] for i in keep], pick(self.taps),
-                           pick(self.top_logits), pick(self.top_ids), self.tap_layers)
+                           pick(self.top_logits), pick(self.top_ids), self.tap_layers, pick(self.preds))
+
+    def forced(self, i: int) -> bool:
+        return self.preds is not None and self.preds[i] is not None
+
+    def own_tokens(self, i: int) -> torch.Tensor:
+        """The target's own tokens of sequence i: its generated continuation, or its predictions of forced text."""
+        if self.forced(i):
+            return self.preds[i][1:]
+        return torch.tensor(self.sequences[i][self.prompt_lens[i]:], dtype=torch.long)
+
+    def extend(self, other: "TeacherData") -> "TeacherData":
+        """These sequences followed by `other`'s (same taps; top-k logits kept only when both have them)."""
+        n, m = len(self), len(other)
+        both = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
+        preds = None if self.preds is None and other.preds is None else \
+            (self.preds or [None] * n) + (other.preds or [None] * m)
+        return TeacherData(self.sequences + other.sequences, self.prompt_lens + other.prompt_lens,
+                           both(self.taps, other.taps), both(self.top_logits, other.top_logits),
+                           both(self.top_ids, other.top_ids), self.tap_layers or other.tap_layers, preds)
 
 
 def length_buckets(seqs: Sequence[Sequence[int]], size: int) -> list[list[int]]:
@@ -176,3 +198,31 @@ def load_rows(path: Path, key: str) -> dict | None:
     except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as exc:
         log.warning("ignoring unreadable teacher data %s: %s", path, exc)
         return None
+
+
+FORCED_BATCH = 8  # chunks per teacher-forced forward: its full logits are [8, 128, vocab] (200 MB at 49k)
+
+
+def forced_data(rt, chunks: Sequence[Sequence[int]], taps: Sequence[int], batch: int = FORCED_BATCH,
+                progress: bool = False) -> TeacherData:
+    """Teacher-forced passes over training text: one uncached forward per batch of equal-length token chunks
+    gives the taps of every row and the target's argmax at every position, far cheaper per labelled token than
+    generating (a prefill instead of one forward per token). The labels are the target's own predictions
+    (`TeacherData.preds`); training uses label k of an anchor only while the text follows the target's
+    predictions, i.e. where it is the greedy continuation."""
+    from ..progress import logged
+
+    chunks = [list(c) for c in chunks]
+    seqs, feats, preds = [None] * len(chunks), [None] * len(chunks), [None] * len(chunks)
+    buckets = length_buckets(chunks, batch)
+    for idx in logged(buckets, "teacher-forced text", len(buckets), log, bar=progress):
+        inp = torch.tensor([chunks[i] for i in idx], dtype=torch.long, device=rt.device)
+        with torch.inference_mode():
+            out = rt.model(input_ids=inp, use_cache=False, output_hidden_states=[int(t) + 1 for t in taps])
+            top = out.logits.argmax(-1).cpu()
+            hidden = torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).cpu()
+        for r, i in enumerate(idx):
+            seqs[i] = chunks[i]
+            feats[i] = hidden[r, :-1].clone()
+            preds[i] = torch.cat([inp[r, :1].cpu(), top[r, :-1]])
+    return TeacherData(seqs, [1] * len(chunks), feats, None, None, tuple(int(t) for t in taps), preds)

@@ -29,6 +29,7 @@ import os
 import random
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -276,3 +277,26 @@ def cut_seeds(tt: TrainText, count: int, seed: int) -> tuple[list[str], dict]:
                             f"{SEED_MAX} characters that is clear of the held-out prompts")
     picked = random.Random(seed).sample(clean, min(count, len(clean)))
     return picked, {"fragments": len(frags), "fragments_dropped_heldout": len(drop), "seeds_cut": len(picked)}
+
+
+def forced_lines(tt: TrainText, seeds: Sequence[str]) -> tuple[list[str], dict]:
+    """The lines of the training text for teacher-forced passes (`teacher.forced_data`): none that a train seed
+    was cut from (so no generated trajectory, held-out split included, starts from text the forced passes saw)
+    and none sharing an n-gram with a held-out prompt (the held-out guard, as for seeds)."""
+    from .heldout import filter_clean, shipped_held_out
+
+    used = {s.strip() for s in seeds}
+    lines = [ln.strip() for t in tt.texts for ln in t.splitlines() if ln.strip()]
+    free = [ln for ln in lines if ln not in used and not any(f.strip() in used for f in fragments(ln))]
+    keep, drop = filter_clean(free, shipped_held_out())
+    return [free[i] for i in keep], {"lines": len(lines), "lines_with_a_seed": len(lines) - len(free),
+                                     "lines_dropped_heldout": len(drop), "lines_used": len(keep)}
+
+
+def forced_chunks(tokenizer, lines: Sequence[str], tokens: int, length: int) -> list[list[int]]:
+    """Token chunks of `length` (the last may be shorter, >= 16) from the lines joined by newlines, at most
+    `tokens` in all, in text order."""
+    ids: list[int] = tokenizer.encode("\n".join(lines), add_special_tokens=False) if lines else []
+    ids = ids[:max(0, int(tokens))]
+    out = [ids[i:i + length] for i in range(0, len(ids), length)]
+    return [c for c in out if len(c) >= 16]

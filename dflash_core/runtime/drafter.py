@@ -14,6 +14,11 @@
   published transformers-format drafter loads too; prepare trains plain multi-head attention.
 * The drafter keeps its own cache of context K/V (`DraftState`), extended with the rows each verify keeps;
   block K/V are never cached.
+* Draft vocabulary (FR-Spec, EAGLE-3's draft-to-target map): with `draft_vocab` K > 0 the drafter's head is the
+  target head's rows of K target ids (buffer `d2t`, the K most frequent tokens of the teacher data), so drafting
+  and training pay a K x H head instead of V x H. Drafted logits are scattered back to the full vocabulary (the
+  other ids get `OOV_LOGIT`), so every method sees [B, V] logits in target ids; the target still verifies over
+  its full vocabulary, so exactness does not depend on the map.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class DrafterConfig:
     mask_token_id: int = 0  # the target token whose embedding fills the B MASK rows of a block
     kv_heads: int | None = None  # None: num_heads (plain multi-head attention)
     attn_head_dim: int | None = None  # None: hidden_size // num_heads
+    draft_vocab: int = 0  # K > 0: the head covers the K target ids of buffer `d2t` (0: the full vocabulary)
 
     @property
     def head_dim(self) -> int:
@@ -59,6 +65,31 @@ class DrafterConfig:
         d = dict(d)
         d["taps"] = tuple(d["taps"])
         return cls(**d)
+
+
+# The logit of a target id outside the draft vocabulary: exp underflows to 0, while p * log p stays finite (0) and
+# squares stay far from float32's range, so softmax, entropy and temperature code need no special case.
+OOV_LOGIT = -1e9
+
+
+def check_draft_map(cfg: DrafterConfig, d2t, where: str) -> None:
+    """A drafter config and map are hostile input: K in 1..vocab, the map [K] integer, in range, unique."""
+    k = cfg.draft_vocab
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= cfg.vocab_size:
+        raise ValueError(f"{where}: draft_vocab must be an integer in 0..{cfg.vocab_size}, got {k!r}")
+    if not k:
+        if d2t is not None:
+            raise ValueError(f"{where}: a draft-to-target map without draft_vocab")
+        return
+    if d2t is None or not isinstance(d2t, torch.Tensor):
+        raise ValueError(f"{where}: draft_vocab {k} but no draft-to-target map d2t")
+    if d2t.dtype.is_floating_point or d2t.dtype.is_complex or d2t.dtype == torch.bool or tuple(d2t.shape) != (k,):
+        raise ValueError(f"{where}: the draft-to-target map must be an integer tensor of shape [{k}], got "
+                         f"{str(d2t.dtype).replace('torch.', '')} {list(d2t.shape)}")
+    if int(d2t.min()) < 0 or int(d2t.max()) >= cfg.vocab_size:
+        raise ValueError(f"{where}: the draft-to-target map has ids outside the vocabulary 0..{cfg.vocab_size - 1}")
+    if torch.unique(d2t).numel() != k:
+        raise ValueError(f"{where}: the draft-to-target map repeats a target id")
 
 
 def default_taps(num_target_layers: int, n: int) -> tuple[int, ...]:
@@ -147,6 +178,48 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps)
         self.layers = nn.ModuleList([DrafterLayer(cfg) for _ in range(cfg.num_layers)])
         self.final_norm = RMSNorm(cfg.hidden_size, cfg.norm_eps)
+        k = cfg.draft_vocab  # checked before the map is allocated: a config is hostile input
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= cfg.vocab_size:
+            raise ValueError(f"draft_vocab must be an integer in 0..{cfg.vocab_size}, got {str(k)[:40]!r}")
+        if cfg.draft_vocab:
+            self.register_buffer("d2t", torch.arange(cfg.draft_vocab, dtype=torch.long))
+        self._head_cache: tuple | None = None
+
+    def set_draft_map(self, d2t: torch.Tensor) -> None:
+        """Install the draft-to-target map [K] (checked: shape, range, uniqueness)."""
+        check_draft_map(self.cfg, d2t, "draft vocabulary")
+        self.d2t.copy_(d2t.to(torch.long))
+        self._head_cache = None
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        check_draft_map(self.cfg, state_dict.get("d2t"), "drafter weights")
+        self._head_cache = None
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def head_rows(self, weight: torch.Tensor) -> torch.Tensor:
+        """The head's rows the drafter predicts over: all of `weight` [V, H], or its K draft-vocabulary rows
+        (cached per head weight and version, so a decode gathers them once)."""
+        if not self.cfg.draft_vocab:
+            return weight
+        c = self._head_cache
+        if c is None or c[0] is not weight or c[1] != weight._version or c[2].device != weight.device:
+            with torch.no_grad():
+                c = (weight, weight._version, weight.index_select(0, self.d2t.to(weight.device)))
+            self._head_cache = c
+        return c[2]
+
+    def full_logits(self, hidden: torch.Tensor, head: nn.Module) -> torch.Tensor:
+        """Logits [.., V] in target ids of hidden rows [.., H]: the head over the draft vocabulary, scattered."""
+        w = self.head_rows(head.weight)
+        logits = hidden.to(w.dtype) @ w.T
+        bias = getattr(head, "bias", None)
+        if not self.cfg.draft_vocab:
+            return logits if bias is None else logits + bias
+        if bias is not None:
+            logits = logits + bias.index_select(0, self.d2t.to(bias.device))
+        full = logits.new_full((*logits.shape[:-1], self.cfg.vocab_size), OOV_LOGIT)
+        full[..., self.d2t.to(full.device)] = logits
+        return full
 
     def fuse(self, taps: torch.Tensor) -> torch.Tensor:
         return self.hidden_norm(self.fc(taps))
@@ -209,7 +282,9 @@ class DraftState:
         ctx = self.kv if self.kv is not None else [
             (x.new_zeros(1, d.cfg.num_kv_heads, 0, d.cfg.head_dim),) * 2 for _ in d.layers]
         hidden = d.run_block(x, pos, ctx)[0]
-        return head(hidden.to(head.weight.dtype)), hidden
+        if not d.cfg.draft_vocab:
+            return head(hidden.to(head.weight.dtype)), hidden
+        return d.full_logits(hidden, head), hidden
 
 
 def parameter_count(module: nn.Module) -> int:
