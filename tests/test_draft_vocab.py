@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dflash_core.prepare.data import load_prompts
 
 from dflash_core.prepare import traindata as td
-from dflash_core.prepare.data import load_prompts
 from dflash_core.prepare.teacher import TeacherData
 from dflash_core.prepare.train import (
     block_loss,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArtifactError, BadInputError, os_error_message
-from ..runtime.drafter import DFlashDrafter, DrafterConfig
+from ..runtime.drafter import DFlashDrafter, DrafterConfig, check_draft_map
 from ..safeio import check_out_parent, check_regular_file, finite, normal_modes, read_json
 from ..store.artifacts import hash_file_into
 
@@ -398,8 +398,6 @@ def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
     if bad:
         raise BadInputError(f"--drafter {directory}: weights {sorted(bad)[:4]} hold NaN or infinite values: the "
                             "checkpoint is broken; re-export or re-download it")
-    from ..runtime.drafter import check_draft_map
-
     d2t = doc.get("dflash_draft_to_target")
     d2t = None if d2t is None else torch.tensor(d2t, dtype=torch.long)
     try:

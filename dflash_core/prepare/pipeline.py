@@ -51,9 +51,9 @@ from .minitarget import corpus_files as corpus_paths
 from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
-from .teacher import TeacherData, teacher_data
-from .train import TrainConfig, train_drafter
-from .traindata import TrainText, _digest, cut_seeds, load_train_text
+from .teacher import TeacherData, forced_data, teacher_data
+from .train import LARGE_VOCAB, TrainConfig, train_drafter
+from .traindata import TrainText, _digest, cut_seeds, forced_chunks, forced_lines, load_train_text
 
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
@@ -96,8 +96,6 @@ log = logging.getLogger(__name__)
 
 
 def forced_token_budget(cfg: PrepareConfig, vocab: int) -> int:
-    from .train import LARGE_VOCAB
-
     v = cfg.forced_tokens
     if v == "auto":
         return FORCED_TOKENS if vocab >= LARGE_VOCAB else 0
@@ -109,9 +107,6 @@ def forced_token_budget(cfg: PrepareConfig, vocab: int) -> int:
 def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: bool):
     """Teacher-forced passes over the training text's lines that no seed was cut from (held-out checked), up to
     the token budget; (TeacherData or None, manifest record)."""
-    from .teacher import forced_data
-    from .traindata import forced_chunks, forced_lines, load_train_text
-
     budget = forced_token_budget(cfg, rt.vocab_size)
     if not budget or rt.tokenizer is None:
         return None, {"tokens": 0}

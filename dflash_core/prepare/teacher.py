@@ -210,8 +210,6 @@ def forced_data(rt, chunks: Sequence[Sequence[int]], taps: Sequence[int], batch:
     generating (a prefill instead of one forward per token). The labels are the target's own predictions
     (`TeacherData.preds`); training uses label k of an anchor only while the text follows the target's
     predictions, i.e. where it is the greedy continuation."""
-    from ..progress import logged
-
     chunks = [list(c) for c in chunks]
     seqs, feats, preds = [None] * len(chunks), [None] * len(chunks), [None] * len(chunks)
     buckets = length_buckets(chunks, batch)

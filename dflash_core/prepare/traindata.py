@@ -283,8 +283,6 @@ def forced_lines(tt: TrainText, seeds: Sequence[str]) -> tuple[list[str], dict]:
     """The lines of the training text for teacher-forced passes (`teacher.forced_data`): none that a train seed
     was cut from (so no generated trajectory, held-out split included, starts from text the forced passes saw)
     and none sharing an n-gram with a held-out prompt (the held-out guard, as for seeds)."""
-    from .heldout import filter_clean, shipped_held_out
-
     used = {s.strip() for s in seeds}
     lines = [ln.strip() for t in tt.texts for ln in t.splitlines() if ln.strip()]
     free = [ln for ln in lines if ln not in used and not any(f.strip() in used for f in fragments(ln))]
