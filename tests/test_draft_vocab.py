@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from dflash_core.prepare.data import load_prompts
 
 from dflash_core.prepare import traindata as td
 from dflash_core.prepare.teacher import TeacherData
@@ -19,6 +18,7 @@ from dflash_core.prepare.train import (
     resolve_draft_vocab,
 )
 from dflash_core.runtime.drafter import OOV_LOGIT, DrafterConfig, DraftState, check_draft_map, init_drafter
+from dflash_core.store.data import load_prompts
 
 H, V, K = 32, 64, 16
 

@@ -213,7 +213,7 @@ def forced_data(rt, chunks: Sequence[Sequence[int]], taps: Sequence[int], batch:
     chunks = [list(c) for c in chunks]
     seqs, feats, preds = [None] * len(chunks), [None] * len(chunks), [None] * len(chunks)
     buckets = length_buckets(chunks, batch)
-    for idx in logged(buckets, "teacher-forced text", len(buckets), log, bar=progress):
+    for idx in logged(buckets, "teacher-forced text", len(buckets), log, show=progress):
         inp = torch.tensor([chunks[i] for i in idx], dtype=torch.long, device=rt.device)
         with torch.inference_mode():
             out = rt.model(input_ids=inp, use_cache=False, output_hidden_states=[int(t) + 1 for t in taps])
