@@ -101,8 +101,8 @@ def expected_series(doc: dict) -> dict[str, dict[str, list[float]]]:
     field meanings (docs/report-schema.md), independently of dflash_core/report/plots.py."""
     ms = doc["methods"]
     spec = [mid for mid in ms if mid != "normal"]
-    measured = {int(k) for m in ms.values() for r in m["rows"].values()
-                for k, v in ((r.get("loop_costs") or {}).get("verify") or {}).items() if (v or {}).get("calls")}
+    verify = [(r.get("loop_costs") or {}).get("verify") or {} for m in ms.values() for r in m["rows"].values()]
+    measured = {int(k) for v in verify for k, calls in zip(v.get("k") or [], v.get("calls") or []) if calls}
     normal_aa = list((((ms.get("normal") or {}).get("rows") or {}).get("0") or {}).get("speedup_rounds") or [])
     out = {
         "plot-speedup-width": {mid: [r["speedup"] for _, r in sorted(ms[mid]["rows"].items(),

@@ -248,7 +248,7 @@ def test_truncated_weights_without_a_manifest_are_a_clear_error(tmp_path):
 @pytest.mark.parametrize("doc", [[], "files", {"format_version": 1, "files": ["drafter.pt"]},
                                  {"format_version": 1, "files": {"drafter.pt": "abc"}}])
 def test_wrong_shape_manifest_is_an_artifact_error_and_prepare_repairs_it(lab, tmp_path, doc, monkeypatch):
-    from dflash_core.prepare import teacher
+    from dflash_core.prepare import pipeline as teacher  # teacher_data where the pipeline looks it up
 
     home, out = _home_copy(lab, tmp_path)
     (out / MANIFEST).write_text(json.dumps(doc))
@@ -392,7 +392,7 @@ def test_reader_waits_for_the_writer_instead_of_reporting_corruption(lab, tmp_pa
 def test_prepare_honours_threads_and_restores_the_callers(lab, tmp_path, monkeypatch):
     import torch
 
-    from dflash_core.prepare import teacher
+    from dflash_core.prepare import pipeline as teacher  # teacher_data where the pipeline looks it up
 
     home, _ = _home_copy(lab, tmp_path)
     seen = []
@@ -419,7 +419,7 @@ def test_prepare_honours_threads_and_restores_the_callers(lab, tmp_path, monkeyp
 
 
 def test_artifacts_of_another_prepare_config_are_not_verified(lab, tmp_path, monkeypatch, caplog):
-    from dflash_core.prepare import teacher
+    from dflash_core.prepare import pipeline as teacher  # teacher_data where the pipeline looks it up
 
     home, _ = _home_copy(lab, tmp_path)
 

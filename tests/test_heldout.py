@@ -148,20 +148,20 @@ class _ByteRuntime:
 
 
 def test_train_seeds_refuse_a_planted_benchmark_prompt(monkeypatch):
+    from dflash_core.prepare import pipeline
     from dflash_core.prepare.pipeline import PrepareConfig, train_seed_ids
-    from dflash_core.store import data
 
     ps = load_prompts("code")
     only_family = PrepareConfig(corpus_seeds=0)  # the family's own seeds, no training text cut
     assert len(train_seed_ids(_ByteRuntime(), only_family, "code")) == len(ps.train)  # the shipped seeds pass
     planted = replace(ps, train=(*ps.train, BENCH[2].replace("    ", "\t")))  # a whitespace variant
-    monkeypatch.setattr(data, "load_prompts", lambda family: planted)
+    monkeypatch.setattr(pipeline, "load_prompts", lambda family: planted)  # where the pipeline looks it up
     with pytest.raises(BadInputError, match="'code' train seeds"):
         train_seed_ids(_ByteRuntime(), only_family, "code")
 
 
 def test_a_corpus_line_is_refused_as_corpus_and_as_cut_seed(monkeypatch):
-    from dflash_core.prepare import minitarget as mt
+    from dflash_core.prepare import pipeline as mt  # the corpus functions, where the pipeline looks them up
     from dflash_core.prepare.pipeline import PrepareConfig, train_seed_ids
 
     rt = _ByteRuntime({"mini_corpus_files": 3})
@@ -199,7 +199,7 @@ def _planted(rt, tail_from):
 
 
 def test_prepare_drops_and_counts_a_leaking_trajectory(tok_lab, monkeypatch):
-    from dflash_core.prepare import teacher
+    from dflash_core.prepare import pipeline as teacher  # teacher_data where the pipeline looks it up
     from dflash_core.prepare.pipeline import TRAJ_FILE, prepare
     from dflash_core.testing import tiny_prepare_config
 

@@ -697,8 +697,8 @@ def test_each_caption_names_the_statistic_it_draws():
     tau = page.split('id="plot-tokens-per-call"', 1)[1].split("</svg>", 1)[0]
     assert tau.count('class=pt ') == sum(len(m["rows"]) for mid, m in doc["methods"].items() if mid != "normal")
     # the fitted verify curve at measured widths only; a measured oracle above the bound is explained
-    doc["methods"]["dflash"]["rows"]["3"]["loop_costs"] = {"verify": {"2": {"calls": 4, "median": 0.01},
-                                                                      "3": {"calls": 9, "median": 0.01}}}
+    doc["methods"]["dflash"]["rows"]["3"]["loop_costs"] = {"verify": {"k": [2, 3, 4], "calls": [4, 9, 0],
+                                                                      "median": [0.01, 0.01, 0.0]}}
     doc["upper_bound_speedup"] = {**doc["upper_bound_speedup"], "3": 1.5}
     page = render_report(doc)
     assert plots.measured_verify_widths(doc) == [2, 3] and plots.bound_exceeded(doc) == [3]

@@ -184,9 +184,11 @@ def measured_verify_widths(doc: dict) -> list[int]:
     for m in (doc.get("methods") or {}).values():
         for r in (m.get("rows") or {}).values():
             v = (r.get("loop_costs") or {}).get("verify") if isinstance(r.get("loop_costs"), dict) else None
-            for k, rec in (v or {}).items():
-                if str(k).isdigit() and isinstance(rec, dict) and _num(rec.get("calls")) and rec["calls"] > 0:
-                    out.add(int(k))
+            if not isinstance(v, dict) or not isinstance(v.get("k"), list) or not isinstance(v.get("calls"), list):
+                continue  # the loop's verify record is {"k": [...], "calls": [...], "median": [...]}
+            for k, calls in zip(v["k"], v["calls"]):
+                if isinstance(k, int) and not isinstance(k, bool) and _num(calls) and calls > 0:
+                    out.add(k)
     return sorted(out)
 
 
