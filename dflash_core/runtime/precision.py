@@ -48,7 +48,3 @@ def train_in_bf16(device: str = "cpu") -> bool:
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     return cpu_has_native_bf16()
 
-
-def training_precision(device: str = "cpu") -> str:
-    """The name recorded in metadata for the precision training used: 'bfloat16-autocast' or 'float32'."""
-    return "bfloat16-autocast" if train_in_bf16(device) else "float32"
