@@ -63,6 +63,13 @@ def _minutes(text: str) -> float:
     return value
 
 
+def _budget(text: str) -> str | float:
+    """'auto' (the target's size decides: bench.config.budget_minutes) or a number of minutes > 0."""
+    if str(text).strip() == "auto":
+        return "auto"
+    return _minutes(text)
+
+
 def _flag(text: str) -> bool:
     return str(text).strip().lower() in ("1", "true", "yes")
 
@@ -208,15 +215,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("rank_rounds", "DFLASH_RANK_ROUNDS", 16, "ranking rounds: every exact speculative case at the ranking "
            "width gets this many rounds against plain dflash, fixed before the run (no racing)", type=int,
            minimum=2, pytest="--bench-rank-rounds", bench=True),
-    Option("bench_size", "DFLASH_BENCH_SIZE", "auto", "benchmark size: auto (a target over 100M parameters gets "
-           "the real-target size for every knob not set explicitly: calibration on 2 prompts x 16 tokens, one auto "
-           "width, 6 ranking rounds, and the prompts, tokens and base rounds that fit --bench-budget by the costs "
-           "calibration measured) or full (the defaults of this table)",
+    Option("bench_size", "DFLASH_BENCH_SIZE", "auto", "benchmark size: auto (the prompts, tokens and base rounds "
+           "that fit --bench-budget by the costs calibration measured, never above their values here; a target over "
+           "100M parameters also gets the real-target size for every knob not set explicitly: calibration on 2 "
+           "prompts x 16 tokens, one auto width, 6 ranking rounds) or full (the defaults of this table)",
            choices=BENCH_SIZES, pytest="--bench-size", bench=True),
-    # 25 min: the README's main command on the mini target takes ~20 min; a real target's benchmark in about the same.
-    Option("bench_budget", "DFLASH_BENCH_BUDGET", 25.0, "minutes a real target's auto-sized benchmark should take "
-           "(calibration included, prepare not): its matrix takes the largest size whose projection from the "
-           "calibration's measured costs fits (bench.budget)", type=_minutes, pytest="--bench-budget", bench=True),
+    # auto: 15 min for the mini target, so the main command (setup, bundle import, benchmark, report) ends in
+    # < 20 min on 2 cores; 25 min for a real target, whose calibration alone takes several minutes.
+    Option("bench_budget", "DFLASH_BENCH_BUDGET", "auto", "minutes the benchmark should take under --bench-size auto "
+           "(calibration included, prepare not), or auto: 15 for a target of up to 100M parameters, 25 above; the "
+           "matrix takes the largest size, never above its knobs' values, whose projection from the calibration's "
+           "measured costs fits (bench.budget)", type=_budget, pytest="--bench-budget", bench=True),
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),

@@ -315,7 +315,8 @@ def test_a_real_target_sizes_its_matrix_from_what_calibration_measured(session, 
     assert timed == ([] if table_covers else [2])
     B = session.block_size
     costs = MatrixCosts(0.1, {2: 0.2}, t_row=0.1 / (B + 1), prompt_lens=(5, 7), t_fixed=VERIFY_CURVE_CALLS * 0.1 * B)
-    want = plan_matrix(costs, 300.0, fixed={}, rank_rounds=6, methods=len(speculative_ids()), widths=[2],
+    caps = {k: getattr(session.cfg, k) for k in ("prompt_limit", "tokens", "rounds")}  # the budget only shrinks
+    want = plan_matrix(costs, 300.0, fixed={}, caps=caps, rank_rounds=6, methods=len(speculative_ids()), widths=[2],
                        ranking_width=2, references=len(REFERENCES) + 1)
     assert {k: plan[k] for k in want} == want and plan["t_spec"] == {"2": 0.2}
     cfg = session.cfg.budgeted(plan["chosen"])

@@ -1,6 +1,6 @@
-"""Benchmark size for real targets: over 100M parameters, `--bench-size auto` gives every knob the user did not
-set the real-target defaults and sizes the matrix to `--bench-budget` from the costs calibration measured
-(bench.budget); explicit knobs, `--bench-size full`, --smoke and small targets are left alone."""
+"""Benchmark size: `--bench-size auto` sizes every target's matrix to `--bench-budget` from the costs calibration
+measured (bench.budget), never above the configured values; over 100M parameters it also gives every knob the user
+did not set the real-target defaults. Explicit knobs, `--bench-size full` and --smoke are left alone."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from dflash_core.bench.budget import (
     plan_matrix,
     projected_seconds,
 )
-from dflash_core.bench.config import REAL_TARGET_DEFAULTS, REAL_TARGET_PARAMETERS, BenchConfig
+from dflash_core.bench.config import (
+    BUDGETED,
+    MINI_BENCH_BUDGET,
+    REAL_BENCH_BUDGET,
+    REAL_TARGET_DEFAULTS,
+    REAL_TARGET_PARAMETERS,
+    BenchConfig,
+)
 
 
 def test_a_large_target_gets_the_real_target_defaults():
@@ -27,7 +34,43 @@ def test_a_large_target_gets_the_real_target_defaults():
                                         (BenchConfig(bench_size="full"), 354_000_000),
                                         (BenchConfig(smoke=True), 354_000_000), (BenchConfig(), None)])
 def test_small_targets_full_size_and_smoke_keep_the_table_defaults(cfg, params):
-    assert cfg.sized_for(params) == cfg
+    got = cfg.sized_for(params)
+    assert {**got.to_dict(), "bench_budget": None} == {**cfg.to_dict(), "bench_budget": None} and not got.resized
+
+
+@pytest.mark.parametrize("given,params,minutes", [
+    ("auto", 11_900_000, MINI_BENCH_BUDGET), ("auto", None, MINI_BENCH_BUDGET),
+    ("auto", 134_515_008, REAL_BENCH_BUDGET),
+    (7.5, 354_000_000, 7.5), (40.0, 11_900_000, 40.0)])
+def test_the_budget_auto_is_the_mini_or_the_real_targets_and_a_number_is_kept(given, params, minutes):
+    """auto: 15 min up to 100M parameters (the main command's < 20 min), 25 above. Break: one constant for both."""
+    assert BenchConfig().bench_budget == "auto"
+    assert BenchConfig(bench_budget=given).sized_for(params).bench_budget == minutes
+
+
+def test_every_target_is_budgeted_under_auto_unless_full_smoke_or_every_knob_given():
+    """The mini target too (an AVX2-only CPU took 21.7 min at the full size); nothing to choose when the user gave
+    all three knobs, so no calibration work is spent projecting them."""
+    assert BenchConfig().budgeted_size and BenchConfig(explicit=("tokens",)).budgeted_size
+    assert not BenchConfig(bench_size="full").budgeted_size and not BenchConfig(smoke=True).budgeted_size
+    assert not BenchConfig(explicit=BUDGETED).budgeted_size
+
+
+def test_the_budget_only_shrinks_the_matrix():
+    """Caps are the configured values: a huge budget keeps the mini's full matrix (the ladder's top is the table's
+    defaults, so a fast machine measures what it always did), a small configured matrix never grows, and
+    `resized` names only the knobs that changed. Break: drop the caps and a 1-prompt test config grows to 4."""
+    full = BenchConfig()
+    assert LADDER[0] == (full.prompt_limit, full.tokens, full.rounds)
+    caps = {k: getattr(full, k) for k in BUDGETED}
+    plan = plan_matrix(COSTS, 1e9, fixed={}, caps=caps, **SHAPE)
+    assert plan["chosen"] == caps and full.budgeted(plan["chosen"]) == full
+    small = {"prompt_limit": 1, "tokens": 12, "rounds": 2}
+    plan = plan_matrix(COSTS, 1e9, fixed={}, caps=small, **SHAPE)
+    assert plan["chosen"] == small
+    tight = plan_matrix(COSTS, 1.0, fixed={}, caps=caps, **SHAPE)
+    assert all(x[k] <= caps[k] for x in tight["tried"] for k in caps)
+    assert full.budgeted(tight["chosen"]).resized == tuple(sorted(k for k in caps if tight["chosen"][k] != caps[k]))
 
 
 def test_explicit_knobs_are_never_resized():
@@ -144,5 +187,5 @@ def test_the_report_says_how_a_real_target_was_sized(fits):
     page = render_report(build_report([doc], ["r"]))
     ch = plan["chosen"]
     size = f"{ch['prompt_limit']} prompts × {ch['tokens']} tokens × {ch['rounds']} base rounds"
-    assert f"Real target: {size}, the {'largest' if fits else 'smallest'} size" in page
+    assert f"Matrix size: {size}, the {'largest' if fits else 'smallest'} size" in page
     assert ("fits the 25.0 min left" if fits else "over the 0.0 min left") in page

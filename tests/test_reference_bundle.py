@@ -45,6 +45,23 @@ def test_the_reference_stores_bf16_weights_and_loads_them_as_float32(imported):
     assert Path(imported["artifact_dir"]).name == prep.prepared_dir(rt.info["identity"], home).name
 
 
+def test_the_documented_model_hash_is_the_one_every_report_of_the_reference_names(imported):
+    """Headlines and reports name `runs[].model_sha256` (the target's SHA-256s, its dtype and every artifact's
+    SHA-256: what runs are pooled on); docs/mini-target.md must state the one the shipped bundle gives, so a reader
+    can match any machine's report to it. Break: regenerate the bundle and leave the doc's hash."""
+    from dflash_core.report.build import identity_hash, model_identity
+    from dflash_core.runtime.target import load_target
+    from dflash_core.store.artifacts import target_identity
+
+    rt = load_target("mini", "cpu", "float32", home=Path(imported["home"]))
+    man = json.loads((Path(imported["artifact_dir"]) / "manifest.json").read_text())
+    doc = {"dflash": {"target": {**target_identity(rt), "dtype": "float32"},
+                      "provenance": {"artifacts": {"files": man["files"]}}}}
+    h = identity_hash(model_identity(doc))
+    text = (Path(__file__).resolve().parents[1] / "docs" / "mini-target.md").read_text()
+    assert f"`{h}`" in text, f"docs/mini-target.md does not state the reference's model hash {h}"
+
+
 def test_prepare_imports_the_reference_into_an_empty_home_and_trains_nothing(tmp_path, monkeypatch, caplog):
     def refuse(*a, **k):
         raise AssertionError("prepare trained something although the reference bundle holds it")

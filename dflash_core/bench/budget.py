@@ -1,6 +1,7 @@
-"""The benchmark matrix of a large target sized to a time budget from the costs measured on calibration prompts.
+"""The benchmark matrix sized to a time budget from the costs measured on calibration prompts.
 
-Why: a real checkpoint's greedy token costs 20-30x the mini target's on 2 cores, and how much of a speculative
+Why: the mini target's full matrix takes ~9 min on a 2-core AVX-512 box and 21.7 min on an AVX2-only one, and a
+real checkpoint's greedy token costs 20-30x the mini target's on 2 cores, and how much of a speculative
 token it saves depends on its drafter (tau 1.0 on a random-init 350M, where every method is slower than greedy),
 so no fixed size fits a budget: the fixed real-target size projected 1.8 h on the random-init 350M and ~26 min
 on SmolLM2-135M (docs/real-targets.md). Calibration runs first on calibration prompts anyway and measures what the
@@ -15,10 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Sizes tried largest first: (benchmark prompts, tokens per prompt, base rounds per case).
+# Sizes tried largest first: (benchmark prompts, tokens per prompt, base rounds per case). The first is the
+# options table's defaults (the mini target's full matrix), so a machine where it fits measures what it always did;
+# the next steps shrink it by about a sixth each, so a machine just short of it loses little.
 LADDER: tuple[tuple[int, int, int], ...] = (
-    (4, 48, 3), (2, 48, 3), (2, 32, 3), (2, 32, 2), (2, 24, 2), (2, 16, 1), (1, 24, 1), (1, 16, 1), (1, 12, 1),
-    (1, 8, 1))
+    (4, 48, 3), (4, 40, 3), (4, 32, 3), (2, 48, 3), (2, 32, 3), (2, 32, 2), (2, 24, 2), (2, 16, 1), (1, 24, 1),
+    (1, 16, 1), (1, 12, 1), (1, 8, 1))
 # The slowest method's speculative token against dflash's: the slowest rows of the three-model table sat at 0.79
 # of dflash (jump_mobs, fused_jump; docs/performance.md §13), so pricing every method's leg at dflash's cost x 1.3
 # keeps the projection an upper bound for them too.
@@ -68,15 +71,22 @@ def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: 
 
 
 def plan_matrix(costs: MatrixCosts, budget_s: float, *, fixed: dict, rank_rounds: int, methods: int,
-                widths: list[int], ranking_width: int, references: int) -> dict:
+                widths: list[int], ranking_width: int, references: int, caps: dict | None = None) -> dict:
     """The largest size of `LADDER` whose projection fits `budget_s`, with the knobs in `fixed` (the user's:
-    prompt_limit, tokens, rounds) kept as given; when none fits, the smallest, marked `fits: False`. Returns the
-    chosen knobs and the projection of every size tried (recorded in the report's settings)."""
+    prompt_limit, tokens, rounds) kept as given and the others never above `caps` (the configured values: the
+    budget only shrinks a matrix, so a small configured one stays as it is); when none fits, the smallest, marked
+    `fits: False`. Returns the chosen knobs and the projection of every size tried (recorded in the report's
+    settings)."""
     tried = []
     seen = set()
+    caps = caps or {}
+
+    def pick(name: str, step: int) -> int:
+        return fixed[name] if name in fixed else min(step, caps.get(name, step))
+
     for p, t, r in LADDER:
-        size = {"prompt_limit": fixed.get("prompt_limit", p), "tokens": fixed.get("tokens", t),
-                "rounds": fixed.get("rounds", min(r, rank_rounds))}
+        size = {"prompt_limit": pick("prompt_limit", p), "tokens": pick("tokens", t),
+                "rounds": pick("rounds", min(r, rank_rounds))}
         key = tuple(size.values())
         if key in seen:
             continue

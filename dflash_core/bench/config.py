@@ -23,8 +23,15 @@ REAL_TARGET_PARAMETERS = 100_000_000
 BASELINE = "dflash"
 # rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (stats/summary.MIN_LABELLED_N)
 REAL_TARGET_DEFAULTS = {"calibration_tokens": 16, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1}
-# What bench.budget.plan_matrix chooses for a real target (each unless the user set it).
+# What bench.budget.plan_matrix chooses under `--bench-size auto` (each unless the user set it; never above the
+# value it had: the budget only shrinks the matrix).
 BUDGETED = ("prompt_limit", "tokens", "rounds")
+# `--bench-budget auto` in minutes. The mini target's: the main command's setup (~2 min), bundle import and report
+# leave ~17 of 20 minutes, and its benchmark phase took 21.7 min at the full size on an AVX2-only CPU; on a CPU where
+# the full matrix fits (~9 min on the AVX-512 Intel box) the budget changes nothing. A real target's: its
+# calibration alone takes 5-10 min on 2 cores.
+MINI_BENCH_BUDGET = 15.0
+REAL_BENCH_BUDGET = 25.0
 
 
 def check_widths_fit(widths, block: int, source: str, fix: str = "") -> None:
@@ -37,6 +44,14 @@ def check_widths_fit(widths, block: int, source: str, fix: str = "") -> None:
                             f"this drafter's block size B={block}: {fix or f'give widths in 1..{block}'}")
 
 
+def budget_minutes(value: float | str, parameters: int | None) -> float:
+    """`--bench-budget` in minutes: a number as given; 'auto' by the target's size (MINI_BENCH_BUDGET up to
+    REAL_TARGET_PARAMETERS parameters, REAL_BENCH_BUDGET above)."""
+    if value != "auto":
+        return float(value)
+    return REAL_BENCH_BUDGET if parameters and parameters > REAL_TARGET_PARAMETERS else MINI_BENCH_BUDGET
+
+
 def _default(name: str):
     return option(name).default
 
@@ -44,7 +59,8 @@ def _default(name: str):
 @dataclass(frozen=True)
 class BenchConfig:
     """The benchmark's settings. Defaults, environment variables and pytest options come from `options.OPTIONS`
-    (the defaults are sized so the README main command, prepare included, ends in < 20 min on 2 cores)."""
+    (the defaults are the full matrix; under `--bench-size auto` the budget shrinks it on a slow machine, so the README
+    main command ends in < 20 min on 2 cores)."""
 
     target: str = _default("target")
     device: str = _default("device")
@@ -65,7 +81,7 @@ class BenchConfig:
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     calibration_from: str | None = _default("calibration_from")  # reuse a saved run's widths and options (reuse)
     bench_size: str = _default("bench_size")  # auto: real-target defaults for a large target (`sized_for`)
-    bench_budget: float = _default("bench_budget")  # minutes a real target's auto-sized benchmark should take
+    bench_budget: float | str = _default("bench_budget")  # minutes the auto-sized benchmark should take, or 'auto'
     width_count: int = 2  # how many widths `--bench-widths auto` chooses (calibration.auto_widths)
     explicit: tuple[str, ...] = ()  # fields the user set (option or environment): never resized
     resized: tuple[str, ...] = ()  # fields `sized_for` replaced (recorded in the report's settings)
@@ -89,22 +105,26 @@ class BenchConfig:
                        calibration_repeats=1, calibration_widths=tuple(self.calibration_widths))
 
     def sized_for(self, parameters: int | None) -> "BenchConfig":
-        """The real-target defaults (REAL_TARGET_DEFAULTS) for every knob not set explicitly, when the target has
-        more than REAL_TARGET_PARAMETERS parameters and the size is `auto` (not under --smoke); `budgeted` then
-        sizes the matrix."""
+        """`--bench-budget auto` resolved for this target (`budget_minutes`), and the real-target defaults
+        (REAL_TARGET_DEFAULTS) for every knob not set explicitly when the target has more than
+        REAL_TARGET_PARAMETERS parameters and the size is `auto` (not under --smoke); `budgeted` then sizes the
+        matrix."""
+        cfg = replace(self, bench_budget=budget_minutes(self.bench_budget, parameters))
         if self.bench_size != "auto" or self.smoke or not parameters or parameters <= REAL_TARGET_PARAMETERS:
-            return self
+            return cfg
         over = {k: v for k, v in REAL_TARGET_DEFAULTS.items() if k not in self.explicit}
-        return replace(self, **over, resized=tuple(sorted(over)))
+        return replace(cfg, **over, resized=tuple(sorted(over)))
 
     @property
     def budgeted_size(self) -> bool:
-        """Whether the matrix is sized to `bench_budget` (a real target under `--bench-size auto`)."""
-        return bool(self.resized)
+        """Whether the matrix is sized to `bench_budget`: under `--bench-size auto`, not --smoke, and some matrix
+        knob (BUDGETED) left to choose."""
+        return self.bench_size == "auto" and not self.smoke and any(k not in self.explicit for k in BUDGETED)
 
     def budgeted(self, chosen: dict) -> "BenchConfig":
-        """`chosen` (bench.budget.plan_matrix) for every matrix knob the user did not set."""
-        over = {k: v for k, v in chosen.items() if k in BUDGETED and k not in self.explicit}
+        """`chosen` (bench.budget.plan_matrix) for every matrix knob the user did not set; `resized` records the
+        ones that changed."""
+        over = {k: v for k, v in chosen.items() if k in BUDGETED and k not in self.explicit and getattr(self, k) != v}
         return replace(self, **over, resized=tuple(sorted({*self.resized, *over})))
 
     def to_dict(self) -> dict:

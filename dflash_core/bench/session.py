@@ -17,7 +17,7 @@ from ..runtime.target import load_target
 from ..store.data import check_disjoint, load_prompts
 from .budget import LADDER, MatrixCosts, plan_matrix
 from .calibration import auto_widths, calibrate_all, calibration_context, dflash_table, ranking_width
-from .config import BenchConfig, check_widths_fit
+from .config import BUDGETED, BenchConfig, check_widths_fit
 from .peers import REFERENCES, VERIFY_CURVE_CALLS
 from .reuse import apply_reused, load_reused
 from .state import BenchSession
@@ -40,7 +40,7 @@ def _open(cfg: BenchConfig) -> BenchSession:
     # A hub revision reaches the child pytest of `bench` as DFLASH_REVISION (it has no pytest option).
     where = {"revision": rev} if (rev := env_value("revision")) else {}
     prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
-    started = time.perf_counter()  # the budget of a real target's benchmark counts from here (prepare not included)
+    started = time.perf_counter()  # the benchmark's budget counts from here (prepare not included)
     rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels, **where)
     cfg = cfg.sized_for(rt.info.get("parameters"))  # a real target: the real-target defaults (bench.config)
     if cfg.resized:
@@ -100,13 +100,13 @@ def size_matrix(sess: BenchSession, ctx: dict, budget_s: float, prompt_lens: lis
                         t_row=float(cc.t_verify[B]) / (B + 1), prompt_lens=tuple(prompt_lens),
                         t_fixed=VERIFY_CURVE_CALLS * float(sum(cc.t_verify[1:B + 1])))
     c = sess.cfg
-    plan = plan_matrix(costs, budget_s, fixed={k: getattr(c, k) for k in ("prompt_limit", "tokens", "rounds")
-                                                if k in c.explicit}, rank_rounds=c.rank_rounds,
+    plan = plan_matrix(costs, budget_s, fixed={k: getattr(c, k) for k in BUDGETED if k in c.explicit},
+                       caps={k: getattr(c, k) for k in BUDGETED}, rank_rounds=c.rank_rounds,
                        methods=len(speculative_ids()), widths=widths, ranking_width=sess.ranking_width,
                        references=(len(REFERENCES) + len(widths)) if c.peer_rows else 0)
     ch = plan["chosen"]
     (log.info if plan["fits"] else log.warning)(
-        "benchmark matrix sized to the %.1f min left of --bench-budget %g: %d prompt(s) x %d tokens, %d base "
+        "benchmark matrix sized to the %.1f min left of --bench-budget %s: %d prompt(s) x %d tokens, %d base "
         "round(s), %d ranking rounds at width(s) %s, projected %.1f min%s", budget_s / 60, c.bench_budget,
         ch["prompt_limit"], ch["tokens"], ch["rounds"], c.rank_rounds, ",".join(map(str, widths)),
         plan["tried"][-1]["projected_seconds"] / 60, "" if plan["fits"] else " (the smallest size: over budget)")

@@ -133,7 +133,7 @@ def _width_choice_note(st: dict) -> str:
 
 
 def _size_note(st: dict) -> str:
-    """How a real target's matrix was sized to its budget (bench.budget), or nothing for the table's size."""
+    """How the matrix was sized to its budget (bench.budget), or nothing for a size not chosen by one."""
     plan = st.get("size_plan")
     ch = plan.get("chosen") if isinstance(plan, dict) else None
     if not isinstance(ch, dict):
@@ -147,9 +147,9 @@ def _size_note(st: dict) -> str:
                for x in (proj, budget)]
     size = f"{_e(ch.get('prompt_limit'))} prompts × {_e(ch.get('tokens'))} tokens × {_e(ch.get('rounds'))} base rounds"
     if plan.get("fits"):
-        return (f" Real target: {size}, the largest size whose projection from the calibration's measured costs "
+        return (f" Matrix size: {size}, the largest size whose projection from the calibration's measured costs "
                 f"({minutes[0]} min) fits the {minutes[1]} min left of --bench-budget.")
-    return (f" Real target: {size}, the smallest size; its projection ({minutes[0]} min) is over the {minutes[1]} "
+    return (f" Matrix size: {size}, the smallest size; its projection ({minutes[0]} min) is over the {minutes[1]} "
             "min left of --bench-budget.")
 
 
