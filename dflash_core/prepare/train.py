@@ -404,11 +404,13 @@ def _load_opt_state(opt, blob: dict) -> None:
 # --- training ---------------------------------------------------------------------------------------------
 
 def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfig, progress: bool = False,
-                  *, teacher: TeacherData | None = None, work: Path | None = None) -> tuple[DFlashDrafter, dict]:
+                  *, teacher: TeacherData | None = None, work: Path | None = None,
+                  init=None) -> tuple[DFlashDrafter, dict]:
     """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest.
 
     `teacher`: trajectories with their taps (and top-k logits) from the teacher pass; without it the taps of
-    `seqs` are computed here. `work`: where checkpoints go and a killed run resumes from.
+    `seqs` are computed here. `work`: where checkpoints go and a killed run resumes from. `init`: called on the
+    freshly initialised drafter before training (e.g. `drafter_init.init_from_target`); returns a record.
     Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
     """
     if teacher is None:
@@ -447,6 +449,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         log.info("draft vocabulary: %d of %d ids, covering %.4f of the train labels and %s of the held-out ones",
                  d2t.numel(), dcfg.vocab_size, vocab_record["train_coverage"], vocab_record["heldout_coverage"])
     drafter = init_drafter(dcfg, tcfg.seed).to(embed.weight.dtype)  # train in the target's dtype
+    init_record = init(drafter) if init is not None else None
     if d2t is not None:
         drafter.set_draft_map(d2t)
     for p in list(embed.parameters()) + list(head.parameters()):
@@ -573,6 +576,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         "distilled_top_k": distill,
         "draft_vocabulary": vocab_record,
         "forced_sequences": sum(1 for i in range(len(data)) if data.forced(i)),
+        "init": init_record,
         "tokens_seen": st.get("tokens_seen", 0),
         "world_size": dist.world_size(),
         "resumed_from_step": resumed_step,
