@@ -70,6 +70,14 @@ def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: 
     return total + costs.t_fixed
 
 
+def leg_seconds(costs: MatrixCosts, *, prompts: int, tokens: int) -> tuple[float, dict[int, float]]:
+    """(greedy leg, {width: speculative leg}): the expected seconds of one leg at this size, from the measured
+    costs and dflash's cost-model speedup, with no upper-bound factor: what the progress line weighs items by."""
+    n = prompts * tokens
+    prefill = costs.t_row * sum(costs.prompt_lens[:prompts])
+    return n * costs.t_greedy + prefill, {w: n * t + prefill for w, t in costs.t_spec.items()}
+
+
 def plan_matrix(costs: MatrixCosts, budget_s: float, *, fixed: dict, rank_rounds: int, methods: int,
                 widths: list[int], ranking_width: int, references: int, caps: dict | None = None) -> dict:
     """The largest size of `LADDER` whose projection fits `budget_s`, with the knobs in `fixed` (the user's:

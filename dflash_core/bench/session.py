@@ -99,6 +99,7 @@ def size_matrix(sess: BenchSession, ctx: dict, budget_s: float, prompt_lens: lis
     costs = MatrixCosts(t_greedy=t, t_spec={w: t / max(float(rows[w]["model_speedup"]), 1e-6) for w in widths},
                         t_row=float(cc.t_verify[B]) / (B + 1), prompt_lens=tuple(prompt_lens),
                         t_fixed=VERIFY_CURVE_CALLS * float(sum(cc.t_verify[1:B + 1])))
+    sess.matrix_costs = costs
     c = sess.cfg
     plan = plan_matrix(costs, budget_s, fixed={k: getattr(c, k) for k in BUDGETED if k in c.explicit},
                        caps={k: getattr(c, k) for k in BUDGETED}, rank_rounds=c.rank_rounds,

@@ -37,7 +37,8 @@ class BenchSession:
     width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
     choice_source: str = "auto"  # where the widths and options came from: auto, given, smoke or reused (chosen)
     calibration_costs: Any = None  # costmodel.ComponentCosts timed in the loop on calibration prompts
-    size_plan: dict | None = None  # a real target's matrix size chosen to fit the budget (size_matrix)
+    size_plan: dict | None = None  # the matrix size chosen to fit the budget (size_matrix)
+    matrix_costs: Any = None  # bench.budget.MatrixCosts that size_matrix priced it on (the progress line's weights)
 
     def options_for(self, method: str, width: int) -> dict:
         """The options calibrated at `width`; at an uncalibrated width those of the nearest calibrated one

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from ..bench.budget import ACTIVITY_LEGS, REFERENCE_LEG_FACTOR, leg_seconds
 from ..options import env_value
 from ..progress import eta_line
 
@@ -120,10 +121,9 @@ def pytest_runtest_call(item):
 class Overall:
     """The benchmark's one overall progress line: items done of all, elapsed, time left.
 
-    Items weigh what they cost, in units of a decode case's first round: `test_rounds` runs (rounds - 1) rounds of
-    every decode case, `test_ranking_rounds` the fixed ranking rounds of the ranking width's cases; every other item
-    weighs one. The time left
-    extrapolates the elapsed time over the weight done, so it settles as the run goes."""
+    Items weigh what they are expected to cost (`item_weights`: seconds from the costs calibration measured, else
+    units of a decode case's first round); the time left extrapolates the elapsed time over the weight done, so the
+    measured rate corrects the expectation as the run goes."""
 
     def __init__(self, weights: dict[str, float]):
         self.weights, self.finished, self.t0 = weights, set(), time.perf_counter()
@@ -138,15 +138,57 @@ class Overall:
 OVERALL = pytest.StashKey[Overall]()
 
 
-def item_weights(items, rounds: int, rank_rounds: int = 0) -> dict[str, float]:
-    """Weights of the benchmark items (those using the `bench` session fixture), by what each one runs. The
-    ranking rounds top up the cases of one width of the (by default two) benchmarked widths: about half the decode
-    cases, each `rank_rounds - rounds` comparison rounds (a dflash and a method leg: about one base round)."""
+def _case(item) -> tuple[str, int] | None:
+    params = getattr(getattr(item, "callspec", None), "params", {}) or {}
+    case = params.get("case")
+    return (str(case[0]), int(case[1])) if isinstance(case, (tuple, list)) and len(case) == 2 else None
+
+
+def item_weights(items, rounds: int, rank_rounds: int = 0, legs=None, ranking_width: int | None = None,
+                 verify_seconds: float = 0.0) -> dict[str, float]:
+    """Weights of the benchmark items (those using the `bench` session fixture), by what each one runs.
+
+    With `legs` (bench.budget.leg_seconds: the expected greedy leg and speculative leg per width, from the costs
+    calibration measured) the weights are seconds: a decode case's first item is its untimed activity decode (two
+    speculative legs) and one round (greedy and two speculative legs; normal: two greedy legs), `test_rounds` the
+    other rounds of every case, `test_ranking_rounds` two speculative legs per ranking round of every speculative
+    case at the ranking width, a reference row its rounds of a peer and a greedy leg, the verify-cost curve
+    `verify_seconds`. Without them (a reused size, --smoke, given knobs): units of a decode case's first round, the
+    ranking rounds topping up about half the decode cases (one of two widths)."""
     bench = [i for i in items if "bench" in getattr(i, "fixturenames", ())]
-    decode = sum(getattr(i, "originalname", "") == "test_decode" for i in bench)
-    heavy = {"test_rounds": max(0, rounds - 1) * decode,
-             "test_ranking_rounds": max(0, rank_rounds - rounds) * decode / 2}
-    return {i.nodeid: float(heavy.get(getattr(i, "originalname", ""), 1)) for i in bench}
+    cases = [c for i in bench if getattr(i, "originalname", "") == "test_decode" and (c := _case(i))]
+    if legs is None or len(cases) != sum(getattr(i, "originalname", "") == "test_decode" for i in bench):
+        decode = sum(getattr(i, "originalname", "") == "test_decode" for i in bench)
+        heavy = {"test_rounds": max(0, rounds - 1) * decode,
+                 "test_ranking_rounds": max(0, rank_rounds - rounds) * decode / 2}
+        return {i.nodeid: float(heavy.get(getattr(i, "originalname", ""), 1)) for i in bench}
+    greedy, spec = legs
+    mean_spec = sum(spec.values()) / max(1, len(spec))
+
+    def leg(w: int) -> float:
+        return spec.get(w, mean_spec)
+
+    def round_of(method: str, w: int) -> float:
+        return 2 * greedy if method == "normal" else greedy + 2 * leg(w)
+
+    ranked = sum(1 for m, w in cases if m != "normal" and w == ranking_width)
+    out = {}
+    for i in bench:
+        name = getattr(i, "originalname", "")
+        if name == "test_decode":
+            m, w = _case(i)
+            out[i.nodeid] = round_of(m, w) + (0.0 if m == "normal" else ACTIVITY_LEGS * leg(w))
+        elif name == "test_rounds":
+            out[i.nodeid] = max(0, rounds - 1) * sum(round_of(m, w) for m, w in cases)
+        elif name == "test_ranking_rounds":
+            out[i.nodeid] = max(0, rank_rounds - rounds) * ranked * 2 * leg(ranking_width or 0)
+        elif name == "test_reference":
+            out[i.nodeid] = rounds * greedy * (1 + REFERENCE_LEG_FACTOR)
+        elif name == "test_verify_cost":
+            out[i.nodeid] = verify_seconds
+        else:
+            out[i.nodeid] = round_of("dflash", ranking_width or 0)
+    return {k: max(v, 1e-6) for k, v in out.items()}
 
 
 def pytest_collection_finish(session):
@@ -159,7 +201,10 @@ def pytest_collection_finish(session):
         rank_rounds = 0 if smoke else int(sess.cfg.rank_rounds if sess else config.getoption("--bench-rank-rounds"))
     except (ValueError, TypeError):  # not a benchmark run: its options are not declared
         return
-    weights = item_weights(session.items, rounds, rank_rounds)
+    costs = getattr(sess, "matrix_costs", None) if sess is not None and not smoke else None
+    legs = leg_seconds(costs, prompts=sess.cfg.prompt_limit, tokens=sess.cfg.tokens) if costs is not None else None
+    weights = item_weights(session.items, rounds, rank_rounds, legs, getattr(sess, "ranking_width", None),
+                           getattr(costs, "t_fixed", 0.0))
     if weights:
         config.stash[OVERALL] = Overall(weights)
 
