@@ -101,9 +101,10 @@ def test_the_first_time_left_is_near_the_truth_on_an_injected_timing_model(monke
     true = item_weights(items, rounds=3, rank_rounds=16, legs=(g, spec), ranking_width=6, verify_seconds=3.0)
     took = {k: v / 1.6 * rng.uniform(0.9, 1.1) for k, v in true.items()}
     truth_left = sum(took.values()) - took[items[0].nodeid]
+    now = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
     for weights, ok in ((true, True), (item_weights(items, rounds=3, rank_rounds=16), False)):
-        now = [0.0]
-        monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+        now[0] = 0.0
         overall = Overall(weights)
         now[0] = took[items[0].nodeid]
         line = overall.done(items[0].nodeid)
