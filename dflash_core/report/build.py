@@ -150,6 +150,19 @@ def _check(ex: dict, required: dict, optional: dict, where: str) -> None:
             raise ReportInputError(f"{where}: extra_info.{key} must be {desc}, not {str(ex[key])[:60]!r}")
 
 
+def _require_schema_7(lab: dict, where: str) -> None:
+    """Refuse a run saved before report schema 7 (no ranking rounds record, no robust noise record): its racing,
+    A/A rounds and isolated costs are not read, and a rebuild without them would rank on other statistics."""
+    noise = lab.get("noise") if isinstance(lab.get("noise"), dict) else {}
+    if "ranking_rounds" not in lab or noise.get("figure") != "robust":
+        raise ReportInputError(f"{where}: saved before report schema 7 (no ranking_rounds or robust noise record), "
+                               "which this lab no longer reads; re-run the benchmark: `./lab bench`, or `pytest "
+                               "benchmarks --benchmark-autosave`")
+    if not (_is_num(noise.get("threshold")) and noise["threshold"] >= 0):
+        raise ReportInputError(f"{where}: dflash.noise.threshold must be a number >= 0, not "
+                               f"{str(noise.get('threshold'))[:60]!r}")
+
+
 def _kind(b: dict) -> str:
     """test_decode / test_reference / test_verify_cost, or '' for anything else (a foreign test)."""
     return str(b.get("name", "")).split("[", 1)[0]
@@ -167,6 +180,7 @@ def validate_saved(doc: Any, where: str) -> None:
         raise ReportInputError(f"{where}: no 'dflash' section: a pytest-benchmark run of another project, or a "
                                "lab run without a benchmark session; pass a run of `pytest benchmarks "
                                "--benchmark-autosave`")
+    _require_schema_7(doc["dflash"], where)
     _reject_nan(doc, where)
     for i, b in enumerate(doc["benchmarks"]):
         if not isinstance(b, dict):
