@@ -21,11 +21,11 @@ def main(path: str) -> None:
           f"{st.get('rounds')} paired rounds, {st.get('threads')} threads, widths {st.get('widths')}; "
           f"all exact: {d['exactness']['all_exact']}\n")
     noise = d.get("noise") or {}
-    print(f"noise figure {f(noise.get('sigma', noise.get('spread')), 3)} (threshold {noise.get('threshold')}, "
+    print(f"noise figure {f(noise.get('sigma'), 3)} (threshold {noise.get('threshold')}, "
           f"noisy: {noise.get('noisy')}); "
           f"leader {(d.get('leader') or {}).get('method')}, winner {(d.get('winner') or {}).get('method')}\n")
     print("| # | method | width (choice) | paired speedup, median [interval] | group | cost-model | measured/model | "
-          "tok/target call | accept verified / drafted | rounds vs normal / vs dflash (race) | "
+          "tok/target call | accept verified / drafted | rounds vs normal / vs dflash | "
           "activity: rounds / positions differ, net |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for mid, m in sorted(d["methods"].items(), key=lambda kv: kv[1].get("index") or 0):
@@ -36,7 +36,6 @@ def main(path: str) -> None:
         act = (a.get("status", "–") if a.get("status") in (None, "baseline") else
                f"{a['status']}: {f(100 * a['rounds_differ_share'], 0)}% / {f(100 * a['positions_differ_share'], 0)}%, "
                f"{a['net']:+d}")
-        race = r.get("race") or {}
         grp = "–" if b.get("rank_group") is None else f"G{b['rank_group']}"
         drafted = r.get("acceptance_rate_drafted", b["acceptance_rate"])
         print(f"| {m.get('index', 0):02d} | {mid} | {b['width']} ({b.get('selection', '?')}) | "
@@ -44,7 +43,7 @@ def main(path: str) -> None:
               f"{f(b.get('model_speedup'))}× | {f(b.get('measured_over_model'))}"
               f"{' (!)' if b.get('unexplained_overhead') else ''} | {f(b['tokens_per_target_call'])} | "
               f"{f(100 * b['acceptance_rate'], 1)}% / {f(100 * drafted, 1)}% | "
-              f"{r.get('rounds')} / {r.get('compared_rounds', r.get('rounds'))} ({race.get('stop', '–')}) | {act} |")
+              f"{r.get('rounds')} / {r.get('compared_rounds', r.get('rounds'))} | {act} |")
     widths = sorted({int(w) for m in d["methods"].values() for w in m["rows"] if int(w) > 0})
     print("\n| method | " + " | ".join(f"w={w}: speedup / τ / accept" for w in widths) + " |")
     print("|---|" + "---|" * len(widths))

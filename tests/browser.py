@@ -121,8 +121,7 @@ def expected_series(doc: dict) -> dict[str, dict[str, list[float]]]:
             "oracle": [r["speedup"] for _, r in sorted(((int(k[len("oracle-w"):]), r) for k, r in
                                                          (doc.get("references") or {}).items()
                                                          if k.startswith("oracle-w")), key=lambda kv: kv[0])]},
-        "plot-noise": {"normal vs normal": list(((doc.get("noise") or {}).get("legacy_aa") or {}).get("rounds")
-                                                or (normal_aa if len(normal_aa) >= 2 else []))},
+        "plot-noise": {"normal vs normal": normal_aa if len(normal_aa) >= 2 else []},
     }
     rk = doc.get("ranking") or {}
     if rk.get("statistic") == "vs_baseline":

@@ -18,6 +18,7 @@ def bench_row(method, width, device="cpu", speedup=1.0, exact=True, rounds=None,
 
 
 def saved_run(benchmarks, weights="w" * 64):
+    """A schema 7 saved run of `benchmarks` (its noise and ranking-rounds records as BenchSession writes them)."""
     return {"machine_info": {"node": "n", "machine": "x86_64", "cpu": {"brand_raw": "cpu"}},
             "commit_info": {"id": "abc", "dirty": False}, "datetime": "2026-11-29T00:00:00", "version": "5.3.1",
             "benchmarks": benchmarks,
@@ -30,7 +31,23 @@ def saved_run(benchmarks, weights="w" * 64):
                        "target": {"name": "mini", "config_sha256": "c" * 64, "weights_sample_sha256": weights,
                                   "content_sha256": "e" * 64, "weights_sha256": "f" * 64,
                                   "dtype": "float32"},
-                       "provenance": {"artifacts": {"files": {"drafter.pt": {"sha256": "d" * 64, "bytes": 1}}}}}}
+                       "provenance": {"artifacts": {"files": {"drafter.pt": {"sha256": "d" * 64, "bytes": 1}}}},
+                       "noise": {"threshold": 0.03, "figure": "robust"}, "ranking_rounds": None}}
+
+
+def loop_costs(width: int = 0, step: float = 0.008, verify: float = 0.01, prompts: int = 4, tokens: int = 48) -> dict:
+    """A case's `loop_costs` (bench.costmodel.loop_block): greedy's (width 0) or a speculative case's whose every
+    verify checks `width` drafts in `verify` seconds, all accepted."""
+    prefill = prompts * 0.02
+    if not width:
+        t = prefill + prompts * (tokens - 1) * step
+        return {"prompts": prompts, "tokens": prompts * tokens, "prefill": prefill, "step": step, "wall": t,
+                "target": t, "draft": 0.0, "select": 0.0}
+    calls = prompts * -(-(tokens - 1) // (width + 1))
+    t = prefill + calls * verify
+    return {"prompts": prompts, "tokens": prompts * tokens, "prefill": prefill, "target": t, "draft": 0.0,
+            "select": 0.0, "wall": t, "verify": {"k": [width], "calls": [calls], "median": [verify]},
+            "schedule": {"k": [width], "calls": [calls]}}
 
 
 HOSTILE = "<img src=x onerror=\"document.body.setAttribute('data-'+'pwned','1')\"><script>alert(1)</script>"
@@ -62,25 +79,23 @@ def known_rounds(center: float, noise: float, n: int = 24, seed: int = 0) -> lis
     return [float(x) for x in center + noise * np.random.default_rng(seed).standard_normal(n)]
 
 
-def with_noise(saved: dict, start: list[float], end: list[float], threshold: float = 0.05) -> dict:
-    """`saved` with an A/A noise section as BenchSession.lab_section writes it."""
-    saved["dflash"]["noise"] = {"start": start, "end": end, "threshold": threshold}
-    return saved
-
-
 def rich_saved() -> dict:
-    """A saved run with every registry method at three widths, the oracle rows, the verify-cost curve, A/A rounds,
-    per-round ratios against dflash and the traced prompt: every figure of the pages has data."""
+    """A saved run with every registry method at three widths, the oracle rows, the loop's verify timings (dflash's)
+    and the isolated verify-cost curve, normal's rounds against itself, per-round ratios against dflash and the
+    traced prompt: every figure of the pages has data."""
     from dflash_core.methods import METHOD_LIST
 
     widths = (3, 7, 15)
-    rows = [bench_row("normal", 0)]
+    rows = [bench_row("normal", 0, rounds=known_rounds(1.0, 0.03, n=6, seed=1))]
+    rows[0]["extra_info"]["loop_costs"] = loop_costs()
     for i, m in enumerate(METHOD_LIST[1:]):
         for w in widths:
             sp = 1.5 + 0.08 * w ** 0.5 * (1 + 0.05 * (i % 5)) - 0.01 * i
             r = bench_row(m.id, w, speedup=sp, rounds=known_rounds(sp, 0.05, n=6, seed=i * 31 + w))
             r["extra_info"]["per_position_acceptance"] = [max(0.05, 0.95 - 0.04 * k - 0.01 * i) for k in range(w)]
             r["extra_info"]["vs_baseline_rounds"] = known_rounds(1 + 0.01 * (7 - i), 0.01, n=6, seed=i + w)
+            if m.id == "dflash":
+                r["extra_info"]["loop_costs"] = loop_costs(w, verify=0.008 * (1 + 0.03 * w))
             rows.append(r)
     for w in widths:
         sp = 1.0 + 0.4 * w ** 0.8
@@ -97,4 +112,5 @@ def rich_saved() -> dict:
     s["dflash"]["traces"] = {"dflash-w3": [{"draft": [5, 6, 9], "accepted": 2, "token": 9, "bonus": False}]}
     s["dflash"]["token_text"] = {"5": " return", "6": " hidden", "9": "_states"}
     s["dflash"]["trace_prompt"] = "def forward(self, hidden_states):"
-    return with_noise(s, known_rounds(1.0, 0.03, n=4, seed=1), known_rounds(1.0, 0.03, n=4, seed=2))
+    s["dflash"]["settings"]["ranking_width"] = 15
+    return s

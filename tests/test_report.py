@@ -12,7 +12,7 @@ from dflash_core.report.__main__ import main as report_main
 from dflash_core.report.build import SCHEMA_VERSION, build_report, load_saved
 from dflash_core.report.html import render_index, render_report
 
-from .report_data import HOSTILE, hostile_saved
+from .report_data import HOSTILE, hostile_saved, loop_costs
 from .report_data import bench_row as _bench
 from .report_data import saved_run as _saved
 
@@ -105,9 +105,8 @@ def test_payload_escapes_script_close():
 
 def test_goals_are_computed_into_benchmark_json_and_rendered_from_it():
     saved = _saved([_bench("normal", 0), _bench("dflash", 4, speedup=2.6)])
-    saved["benchmarks"].append({"name": "test_verify_cost", "fullname": "x", "stats": {},
-                                "extra_info": {"verify_cost": {"ratio": {"4": 1.25}, "t_decode_seconds": 0.01},
-                                               "device": "cpu"}})
+    saved["benchmarks"][0]["extra_info"]["loop_costs"] = loop_costs(step=0.008)
+    saved["benchmarks"][1]["extra_info"]["loop_costs"] = loop_costs(4, verify=0.01)  # the loop's t_verify(4): 1.25
     doc = build_report([saved], ["r"])
     g = {x["id"]: x for x in doc["goals"]}
     assert g["verify_cost"]["ok"] and g["verify_cost"]["basis"].startswith("point estimate")
@@ -370,22 +369,19 @@ def _activity(status, rounds=10, differ=0, gained=0, lost=0, why=""):
 
 
 def _activity_run():
-    """dflash (the baseline), mobs (its draft differs: net -1), and V14 (never differs), with a race record."""
+    """dflash (the baseline), mobs (its draft differs: net -1), V14 (never differs) and act (9 rounds)."""
     rows = [_bench("normal", 0), _bench("dflash", 2, speedup=1.5), _bench("mobs", 2, speedup=1.3),
             _bench("simple_parareal_v14", 2, speedup=1.45), _bench("act", 2, speedup=1.2, rounds=[1.2] * 9)]
     rows[1]["extra_info"]["activity"] = _activity("baseline")
     rows[2]["extra_info"]["activity"] = _activity("active", differ=3, gained=1, lost=2)
     rows[3]["extra_info"]["activity"] = _activity("inactive", why="never fires.")
     rows[4]["extra_info"].update(activity=_activity("active", differ=5, lost=4), drafted=40,
-                                 acceptance_rate_drafted=0.25, race={"rounds": 9, "extra_rounds": 6, "stop": "cap"})
+                                 acceptance_rate_drafted=0.25)
     saved = _saved(rows)
     lab = saved["dflash"]
     for i, mid in ((12, "mobs"), (14, "simple_parareal_v14"), (8, "act")):
         lab["methods"][mid] = {"index": i, "label": mid, "mechanism": "m", "complexity": "c", "stages": [],
                                "why_inactive": f"{mid} sentence."}
-    lab["race"] = {"base_rounds": 3, "max_factor": 3, "cap_rounds": 9, "budget_seconds": 10.0, "spent_seconds": 4.0,
-                   "passes": 6, "leader": "dflash-w2", "unresolved": ["dflash-w2", "act-w2"],
-                   "cases": {"act-w2": {"rounds": 9, "extra_rounds": 6, "stop": "cap"}}}
     return saved
 
 
@@ -400,7 +396,6 @@ def test_activity_status_per_method_and_in_the_schema():
     assert v14["status"] == "inactive" and v14["why"] == "simple_parareal_v14 sentence."  # the registry's sentence
     assert ms["mobs"]["best"]["activity"]["net"] == -1
     assert ms["act"]["best"]["acceptance_rate_drafted"] == 0.25 and ms["act"]["best"]["rounds"] == 9
-    assert doc["race"]["cases"]["act-w2"]["stop"] == "cap"
     schema = json.loads((Path(__file__).resolve().parents[1] / "dflash_core/report/benchmark.schema.json").read_text())
     jsonschema.Draft202012Validator(schema).validate(doc)
 
@@ -413,7 +408,7 @@ def test_inactive_methods_are_labelled_in_the_table_and_the_chart():
     mobs_row = next(r for r in table.split("<tr") if "mobs</td>" in r and "parareal" not in r)
     assert "inactive" not in mobs_row and "30.0 %" in mobs_row and "-1" in mobs_row
     act_row = next(r for r in table.split("<tr") if " act</td>" in r)
-    assert "25.0%" in act_row and "50.0%" in act_row and "9 <span class=muted>(raced: cap)" in act_row
+    assert "25.0%" in act_row and "50.0%" in act_row and "<td class=\"more rounds\">9</td>" in act_row
     assert "<td class=\"more dtau\">0.00</td>" in act_row  # tau - dflash tau at the same width (a hidden column)
     chart = page.split('id=speedup-chart', 1)[1].split("</svg>", 1)[0]
     import re
@@ -423,14 +418,14 @@ def test_inactive_methods_are_labelled_in_the_table_and_the_chart():
 
 
 def test_rounds_cell_shows_rounds_against_normal_and_against_dflash():
-    """At the ranking width the top-up and racing add comparison-only rounds: the table shows both counts."""
+    """At the ranking width the ranking rounds add comparison-only rounds: the table shows both counts."""
     saved = _activity_run()
     act = next(b for b in saved["benchmarks"] if b["extra_info"]["method"] == "act")
     act["extra_info"].update(rounds=3, speedup_rounds=[1.2] * 3, compared_rounds=9, vs_baseline_rounds=[1.0] * 9)
     page = render_report(build_report([saved], ["run"]))
     table = page.split("id=methods-table", 1)[1].split("</table>", 1)[0]
     act_row = next(r for r in table.split("<tr") if " act</td>" in r)
-    assert "3 / 9 <span class=muted>(raced: cap)" in act_row
+    assert "<td class=\"more rounds\">3 / 9</td>" in act_row
     mobs_row = next(r for r in table.split("<tr") if "mobs</td>" in r and "parareal" not in r)
     assert " / " not in mobs_row.split("class=\"more rounds\">", 1)[1].split("</td>", 1)[0]  # no comparison-only rounds
 
@@ -448,10 +443,9 @@ def test_ranking_line_says_what_the_ranking_rounds_did():
 @pytest.mark.parametrize("field, value", [
     ("activity", {"rounds": 1, "status": "active"}),  # counts missing
     ("activity", {**_activity("active"), "status": "sometimes"}),
-    ("race", {"rounds": 3, "extra_rounds": 0, "stop": "bored"}),
     ("drafted", -1),
 ])
-def test_malformed_activity_and_race_fields_are_refused(tmp_path, field, value):
+def test_malformed_activity_fields_are_refused(tmp_path, field, value):
     saved = _activity_run()
     saved["benchmarks"][2]["extra_info"][field] = value
     with pytest.raises(ReportInputError, match=f"extra_info.{field} must be"):
@@ -697,6 +691,8 @@ def test_each_caption_names_the_statistic_it_draws():
     tau = page.split('id="plot-tokens-per-call"', 1)[1].split("</svg>", 1)[0]
     assert tau.count('class=pt ') == sum(len(m["rows"]) for mid, m in doc["methods"].items() if mid != "normal")
     # the fitted verify curve at measured widths only; a measured oracle above the bound is explained
+    for r in doc["methods"]["dflash"]["rows"].values():
+        r.pop("loop_costs")
     doc["methods"]["dflash"]["rows"]["3"]["loop_costs"] = {"verify": {"k": [2, 3, 4], "calls": [4, 9, 0],
                                                                       "median": [0.01, 0.01, 0.0]}}
     doc["upper_bound_speedup"] = {**doc["upper_bound_speedup"], "3": 1.5}

@@ -1,17 +1,20 @@
 """The report's ranking from saved runs (dflash_core.report.ranking): G1, the single winner, the noise gate, the
-ranking's own A/A, the position effect of the leg order, the headline, and a run saved by schema 6 rebuilt with
-today's code. Built on injected rounds of known truth (tests/timing.py)."""
+ranking's own A/A, the position effect of the leg order, the headline, and runs saved before schema 7 refused.
+Built on injected rounds of known truth (tests/timing.py)."""
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dflash_core.report.build import build_report
+from dflash_core.errors import ReportInputError
+from dflash_core.report.build import build_report, load_saved
 from dflash_core.report.headline import headline
 from dflash_core.report.html import render_index, render_report
 from dflash_core.report.plugin import noise_warning
@@ -19,7 +22,8 @@ from dflash_core.report.plugin import noise_warning
 from .report_data import bench_row, saved_run
 from .timing import LOADED, QUIET, TRUTH, draw_run
 
-SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "dflash_core/report/benchmark.schema.json").read_text())
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((ROOT / "dflash_core/report/benchmark.schema.json").read_text())
 
 
 def _activity(status):
@@ -142,37 +146,40 @@ def test_the_ranking_aa_and_the_position_effect_are_in_the_header():
     assert "A/A dflash vs dflash" in header and "position effect" in header and "noise figure" in header
 
 
-def test_a_schema_6_run_rebuilds_states_what_it_lacks_and_drops_raced_rounds():
-    """A run saved by the racing release: 12 declared rounds, the leader's group raced to 24, a fixed leg order, the
-    old A/A rounds and threshold. Its rebuild ranks the declared 12 rounds, flags its noise figure above the
-    threshold, names the 17 % leader only because its lead exceeds the noise-widened resolution, and lists what it
-    lacks."""
-    rng = np.random.default_rng(4)
-    truth = {"jump_mobs": math.log(1.30), **{k: v for k, v in TRUTH.items() if k != "jump_mobs"}}
-    run = _ratios(draw_run(rng, truth, 0.05, 24))  # noisy: 5 % > 3 %, a 17 % leader
-    saved = run_of({k: (v if k == "jump_mobs" else v[:12]) for k, v in run.items()}, ranking_width=None, legs=False)
+def _pre_7(saved: dict, lacks: str) -> dict:
+    """`saved` as the racing release wrote it: A/A rounds and a threshold for them, a race record; `lacks` is the
+    schema 7 record it also lacks (`ranking_rounds`, the robust `noise` record, or both)."""
     lab = saved["dflash"]
-    del lab["settings"]["ranking_width"]
-    lab["noise"] = {"start": [1.0, 1.02, 0.98], "end": [1.0, 0.9, 1.1], "threshold": 0.05}
+    if lacks in ("noise", "both"):
+        lab["noise"] = {"start": [1.0, 1.02, 0.98], "end": [1.0, 0.9, 1.1], "threshold": 0.05}
+    if lacks in ("ranking_rounds", "both"):
+        del lab["ranking_rounds"]
     lab["race"] = {"base_rounds": 3, "max_factor": 8, "cap_rounds": 24, "top_up": {"rounds": 12, "passes": 9}}
-    for b in saved["benchmarks"]:
-        ex = b["extra_info"]
-        ex.pop("ranking", None)
-        if ex["method"] != "normal":
-            ex["race"] = {"rounds": len(ex["vs_baseline_rounds"]), "extra_rounds": max(0, len(
-                ex["vs_baseline_rounds"]) - 12), "stop": "cap" if ex["method"] == "jump_mobs" else "separated"}
-    doc = build_report([saved], ["old"])
-    lim = " | ".join(doc["limitations"])
-    assert "12 ranking rounds added after the declared top-up" in lim and "post-hoc" in lim and "leg order" in lim
-    assert "old A/A statistic" in lim
-    assert doc["ranking"]["rounds"]["jump_mobs"] == 12 and doc["methods"]["jump_mobs"]["rows"]["15"][
-        "compared_rounds"] == 12
-    assert doc["noise"]["noisy"] and doc["noise"]["legacy_aa"]["spread"] == pytest.approx(0.1)
-    rk = doc["ranking"]
-    assert doc["winner"]["method"] == "jump_mobs" and rk["lead"]["lo"] > rk["resolution_effective"]
-    assert doc["position_effect"]["randomised"] is False
-    page = render_report(doc)
-    assert "id=limitations" in page and "12 ranking rounds added" in page
+    return saved
+
+
+@pytest.mark.parametrize("lacks", ["ranking_rounds", "noise"])
+def test_a_run_saved_before_schema_7_is_refused_by_name_with_the_fix(tmp_path, lacks):
+    """Either missing schema 7 record refuses the run. Break: accept a run without it -> load_saved returns."""
+    p = tmp_path / "0001_old.json"
+    p.write_text(json.dumps(_pre_7(run_of({"dflash": [1.0] * 4, "mobs": [1.1] * 4}), lacks)))
+    with pytest.raises(ReportInputError, match=r"0001_old\.json: saved before report schema 7 .*`\./lab bench`"):
+        load_saved(p)
+
+
+def test_the_cli_refuses_a_pre_7_run_with_one_error_line_and_exit_2(tmp_path):
+    """`python -m dflash_core.report OLD` exits 2 (bad input) with one `error:` line naming the file and the fix,
+    and writes no report. Break: rebuild it as before -> exit 0 and a report folder."""
+    p = tmp_path / "0001_old.json"
+    p.write_text(json.dumps(_pre_7(run_of({"dflash": [1.0] * 4, "mobs": [1.1] * 4}), "both")))
+    out = tmp_path / "reports"
+    r = subprocess.run([sys.executable, "-m", "dflash_core.report", str(p), "--out", str(out)], capture_output=True,
+                       text=True, cwd=ROOT, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: ") and str(p) in lines[0] and "before report schema 7" in lines[0]
+    assert "./lab bench" in lines[0] and "pytest benchmarks --benchmark-autosave" in lines[0]
+    assert not out.exists()
 
 
 def test_a_run_without_the_dflash_leg_ranks_by_speedup_and_says_so():

@@ -128,11 +128,7 @@ def test_a_million_rounds_rank_in_seconds():
     assert out["winner"] == "b" and out["g1"] == ["b"]
 
 
-def test_the_declared_rounds_and_the_resolution():
-    f = sel.fixed_design({"a": list(range(30)), "b": [1.0, 2.0]}, 16)
-    assert f["a"] == [float(x) for x in range(16)] and f["b"] == [1.0, 2.0]
-    with pytest.raises(ValueError):
-        sel.fixed_design({"a": [1.0]}, 0)
+def test_the_resolution():
     base = math.log1p(0.02)
     assert sel.effective_resolution(0.02, 0.012, 16) == pytest.approx(base)  # quiet: the user's 2 % governs
     assert sel.effective_resolution(0.02, 0.10, 16) == pytest.approx(2.5 * 0.10 / 4)

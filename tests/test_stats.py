@@ -95,7 +95,5 @@ def test_goal_met_semantics():
     assert S.goal_met(1.29, 1.3, at_least=False) and not S.goal_met(1.31, 1.3, at_least=False)
 
 
-def test_quartiles_and_the_leading_width():
+def test_quartiles():
     assert S.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 3.0, 4.0) and S.median_iqr([2.0]) == (2.0, 0.0)
-    assert S.leading_width([(2.1, 4), (2.3, 8), (2.2, 2)]) == 8
-    assert S.leading_width([(2.3, 8), (2.3, 4)]) == 4 and S.leading_width([]) is None

@@ -72,8 +72,8 @@ def ranking_width(sess: BenchSession, widths: list[int], ctx: dict) -> int:
     """The width the ranking compares methods at, chosen before any benchmark round: among the benchmarked
     `widths`, plain dflash's best by the cost model on calibration prompts (the `auto_widths` table when it
     covers them, else a `dflash_table` of just those widths). Why not the width of the highest benchmark
-    median, as before schema 7: a choice made on the data it is reported on (post-hoc), and two widths whose
-    medians tie flipped between runs. Recorded in `width_choice.ranking_width`."""
+    median: a choice made on the data it is reported on (post-hoc), and two widths whose medians tie flip between
+    runs. Recorded in `width_choice.ranking_width`."""
     table = (sess.width_choice or {}).get("table") or []
     rows = [r for r in table if r["width"] in widths]
     if len(rows) != len(set(widths)):

@@ -25,7 +25,7 @@ from .costs import apply_cost_model
 from .goals import goals
 from .headline import headline
 from .match import require_same_setup, saved_setup
-from .ranking import build_ranking, truncate_raced
+from .ranking import build_ranking
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 8
@@ -38,7 +38,6 @@ VERDICTS = ("exact", "tie", "diverged")
 ACTIVITY_COUNTS = ("rounds", "rounds_differ", "positions", "positions_differ", "gained", "lost", "accepted",
                    "shadow_accepted")
 ACTIVITY_STATUS = ("baseline", "active", "inactive")
-RACE_STOPS = ("separated", "cap", "budget")
 LEG_ORDER_RE = re.compile(r"^(?=.*m)(?!.*(.).*\1)[nbm]{2,3}$")  # each leg once, the method's among them
 
 
@@ -109,9 +108,6 @@ _KINDS = {
              "a list of leg orders (each of n, b, m at most once, m included)"),
     "ranking": (lambda v: isinstance(v, dict) and _is_int(v.get("rounds")) and _is_int(v.get("top_up_rounds")),
                 "an object with rounds and top_up_rounds"),
-    "race": (lambda v: isinstance(v, dict) and _is_int(v.get("rounds")) and _is_int(v.get("extra_rounds"))
-             and v.get("stop") in RACE_STOPS, "an object with rounds, extra_rounds and stop (" + "/".join(RACE_STOPS)
-             + ")"),
 }
 DECODE_FIELDS = {
     "method": "id", "width": "width", "speedup": "num", "speedup_iqr": "num", "speedup_rounds": "nums",
@@ -123,12 +119,14 @@ DECODE_OPTIONAL = {
     "tokens_per_second_iqr": "num", "rounds": "int", "prompts": "int", "tokens_per_prompt": "int",
     "new_tokens": "int", "target_calls": "int", "draft_calls": "int", "proposed": "int", "accepted": "int",
     "target_seconds": "num", "draft_seconds": "num", "select_seconds": "num", "options": "obj", "dtype": "str",
-    "drafted": "int", "acceptance_rate_drafted": "num", "activity": "activity", "race": "race",
-    "model_speedup": "num", "measured_over_model": "num", "component_costs": "obj",  # schema 4: cost model
+    "drafted": "int", "acceptance_rate_drafted": "num", "activity": "activity",
     "vs_baseline_rounds": "nums", "vs_baseline": "num", "baseline": "id",  # schema 5: against dflash, same width
     "compared_rounds": "int",  # len(vs_baseline_rounds): base rounds plus the ranking's comparison-only rounds
     "leg_orders": "legs", "ranking": "ranking",  # schema 7: each round's leg order, the fixed ranking rounds
 }
+# Not carried into a row: the case's id, and cost-model figures, which the report computes from `loop_costs`
+# (report/costs.py) and never takes from a saved run.
+NOT_CARRIED = ("method", "device", "model_speedup", "measured_over_model", "component_costs")
 REFERENCE_FIELDS = {"reference": "str", "tokens_per_second": "num", "speedup": "num", "speedup_iqr": "num",
                     "speedup_rounds": "nums", "exact": "bool", "verdicts": "verdicts"}
 
@@ -150,6 +148,19 @@ def _check(ex: dict, required: dict, optional: dict, where: str) -> None:
             raise ReportInputError(f"{where}: extra_info.{key} must be {desc}, not {str(ex[key])[:60]!r}")
 
 
+def _require_schema_7(lab: dict, where: str) -> None:
+    """Refuse a run saved before report schema 7 (no ranking rounds record, no robust noise record): its racing,
+    A/A rounds and isolated costs are not read, and a rebuild without them would rank on other statistics."""
+    noise = lab.get("noise") if isinstance(lab.get("noise"), dict) else {}
+    if "ranking_rounds" not in lab or noise.get("figure") != "robust":
+        raise ReportInputError(f"{where}: saved before report schema 7 (no ranking_rounds or robust noise record), "
+                               "which this lab no longer reads; re-run the benchmark: `./lab bench`, or `pytest "
+                               "benchmarks --benchmark-autosave`")
+    if not (_is_num(noise.get("threshold")) and noise["threshold"] >= 0):
+        raise ReportInputError(f"{where}: dflash.noise.threshold must be a number >= 0, not "
+                               f"{str(noise.get('threshold'))[:60]!r}")
+
+
 def _kind(b: dict) -> str:
     """test_decode / test_reference / test_verify_cost, or '' for anything else (a foreign test)."""
     return str(b.get("name", "")).split("[", 1)[0]
@@ -167,6 +178,7 @@ def validate_saved(doc: Any, where: str) -> None:
         raise ReportInputError(f"{where}: no 'dflash' section: a pytest-benchmark run of another project, or a "
                                "lab run without a benchmark session; pass a run of `pytest benchmarks "
                                "--benchmark-autosave`")
+    _require_schema_7(doc["dflash"], where)
     _reject_nan(doc, where)
     for i, b in enumerate(doc["benchmarks"]):
         if not isinstance(b, dict):
@@ -270,9 +282,6 @@ def _pool_rows(rows: list[dict]) -> dict:
         if all("rounds" in r for r in rows):
             out["rounds"] = sum(r["rounds"] for r in rows)
         out["tokens_per_second_runs"] = [r["tokens_per_second"] for r in rows]
-        if all("model_speedup" in r for r in rows):  # each run timed its components: their median
-            out["model_speedup"] = statistics.median(r["model_speedup"] for r in rows)
-            out["measured_over_model"] = med / out["model_speedup"] if out["model_speedup"] > 0 else 0.0
     if len(rows) > 1 and all(r.get("leg_orders") for r in rows):
         out["leg_orders"] = [x for r in rows for x in r["leg_orders"]]
     q1, _, q3 = quartiles(sp) if sp else (out["speedup"],) * 3
@@ -289,18 +298,6 @@ def _setting(lab: dict, key: str, name: str) -> float:
     v = (lab.get("settings") or {}).get(key) if isinstance(lab.get("settings"), dict) else None
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
     return float(v) if ok else option(name).default
-
-
-def _threshold(lab: dict, limitations: list[str]) -> float:
-    """The noise gate's threshold on the robust figure. Runs before schema 7 saved a threshold for the A/A maximum
-    |ratio - 1|, another statistic, so they are judged by today's default threshold (and say so)."""
-    n = lab.get("noise") if isinstance(lab.get("noise"), dict) else {}
-    v = n.get("threshold")
-    if n.get("figure") == "robust" and isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
-        return float(v)
-    limitations.append("noise gate: the run saved a threshold for the old A/A statistic; today's default "
-                       f"{option('noise_threshold').default} is applied to the robust figure")
-    return option("noise_threshold").default
 
 
 # --- the canonical document ----------------------------------------------------------------------------
@@ -383,13 +380,11 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     refs: dict[str, list[dict]] = {}
     curves: list[dict] = []
     limitations: list[str] = []
-    dropped = 0
     for doc in docs:
         for b in doc["benchmarks"]:
             ex, kind = b["extra_info"], _kind(b)
             if kind == "test_decode":
-                row = {k: ex[k] for k in ex if k not in ("method", "device")}
-                dropped += truncate_raced(row, doc["dflash"])
+                row = {k: ex[k] for k in ex if k not in NOT_CARRIED}
                 row["benchmark"] = {"fullname": b["fullname"], "median_seconds": b["stats"]["median"],
                                     "iqr_seconds": b["stats"]["iqr"], "rounds": b["stats"]["rounds"]}
                 cases.setdefault((ex["method"], str(ex["width"])), []).append(row)
@@ -407,7 +402,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     for (mid, w), rows in cases.items():
         methods.setdefault(mid, {"rows": {}})["rows"][w] = _pool_rows(rows)
     lab_settings = lab.get("settings") if isinstance(lab.get("settings"), dict) else {}
-    costs = apply_cost_model(methods, lab_settings, curves, limitations)
+    costs = apply_cost_model(methods, lab_settings, curves)
     for mid, m in methods.items():
         meta = info.get(mid) if isinstance(info.get(mid), dict) else {}
         m.update({k: meta.get(k) for k in ("index", "label", "mechanism", "complexity", "stages")})
@@ -424,15 +419,8 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
                                              if d else None)
     references = {k: _pool_rows(v) for k, v in refs.items()}
     settings = dict(lab.get("settings") or {}) if isinstance(lab.get("settings"), dict) else {}
-    if dropped:
-        limitations.append(f"racing: {dropped} ranking rounds added after the declared top-up (optional stopping) "
-                           "were dropped before ranking")
-    if lab.get("race") is not None or not any(r.get("leg_orders") for m in methods.values()
-                                              for r in m["rows"].values()):
-        limitations.append("leg order: every round ran greedy, dflash, then the method (no randomised order); the "
-                           "position effect below is that fixed order's")
-    ranked = build_ranking(methods, settings, docs, _setting(lab, "resolution", "resolution"),
-                           _threshold(lab, limitations), limitations)
+    ranked = build_ranking(methods, settings, _setting(lab, "resolution", "resolution"),
+                           float(lab["noise"]["threshold"]), limitations)
     flag_overhead(methods, ranked["noise"])
     for m in methods.values():  # the width shown carries its row's overhead flag
         m["best"]["unexplained_overhead"] = m["rows"][str(m["best"]["width"])]["unexplained_overhead"]
@@ -462,7 +450,6 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "rank_groups": groups, "ranking": rk, "leader": leader, "winner": winner, "noise": ranked["noise"],
         "position_effect": ranked["position_effect"],
         "ranking_rounds": lab.get("ranking_rounds") if isinstance(lab.get("ranking_rounds"), dict) else None,
-        "race": lab.get("race") if isinstance(lab.get("race"), dict) else None,
         "cost_model": ({**section("cost_model"), "fit": costs["cost_fit"]}
                        if section("cost_model") or costs["cost_fit"] else None), "limitations": limitations,
     }

@@ -1,9 +1,6 @@
 """The report's cost model (bench/costmodel.py) from the saved loop timings: the verify curve fitted over every
 case's in-loop verify rounds, each row's model speedup and measured/model ratio, the component a ratio outside
-the band points at, the verify-cost curve and the upper bound per width.
-
-Runs saved before schema 7 timed their components in isolation and saved their model speedups; they keep them,
-say so in `limitations`, and keep the old bound (w + 1) t_decode / t_verify(w)."""
+the band points at, the verify-cost curve and the upper bound per width."""
 
 from __future__ import annotations
 
@@ -20,22 +17,18 @@ def _isolated(curves: list[dict]) -> dict | None:
     return {"ratio": ratio, "t_decode_seconds": statistics.median(c["t_decode_seconds"] for c in curves)}
 
 
-def apply_cost_model(methods: dict, settings: dict, curves: list[dict], limitations: list[str]) -> dict:
+def apply_cost_model(methods: dict, settings: dict, curves: list[dict]) -> dict:
     """Fill each row's model_speedup, measured_over_model and `model_component` (the component that explains most
     of the gap between the wall clock and the model) from the loop timings; return the document's `verify_cost`,
-    `upper_bound_speedup` and the fitted curve (`cost_fit`)."""
+    `upper_bound_speedup` and the fitted curve (`cost_fit`); none of them without greedy's and a speculative
+    case's loop timings."""
     normal = ((methods.get("normal") or {}).get("rows") or {}).get("0") or {}
     nblock = normal.get("loop_costs") or {}
     blocks = [r["loop_costs"] for mid, m in methods.items() if mid != "normal" for r in m["rows"].values()
               if isinstance(r.get("loop_costs"), dict) and r["loop_costs"].get("verify")]
     curve = fit_verify_curve(blocks=blocks, block_size=settings.get("block_size")) if blocks and nblock else None
-    isolated = _isolated(curves)
     if curve is None:
-        if any(r.get("model_speedup") for m in methods.values() for r in m["rows"].values()):
-            limitations.append("cost model: components timed in isolation (runs before schema 7), not in the loop")
-        bound = {w: (int(w) + 1) / ratio for w, ratio in ((isolated or {}).get("ratio") or {}).items()
-                 if ratio > 0 and "normal" in methods}
-        return {"verify_cost": isolated, "upper_bound_speedup": bound, "cost_fit": None}
+        return {"verify_cost": None, "upper_bound_speedup": {}, "cost_fit": None}
     t_decode = float(nblock.get("step") or 0.0)
     for mid, m in methods.items():
         for r in m["rows"].values():
@@ -60,6 +53,6 @@ def apply_cost_model(methods: dict, settings: dict, curves: list[dict], limitati
                 bound[str(w)] = b
     verify = {"ratio": {str(w): curve[w] / t_decode for w in range(1, len(curve)) if t_decode > 0},
               "t_decode_seconds": t_decode, "source": "loop: isotonic fit of every case's in-loop verify rounds",
-              "isolated": isolated}
+              "isolated": _isolated(curves)}
     return {"verify_cost": verify, "upper_bound_speedup": bound,
             "cost_fit": {"t_verify": curve, "t_decode": t_decode, "cases": len(blocks)}}

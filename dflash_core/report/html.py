@@ -113,12 +113,9 @@ def _aa_header(doc: dict) -> str:
                f"{_f(pe.get('hi'))}]" + ("" if pe.get("adjustment") is None else
                                          f", removed from every ranked round ({_f(pe['adjustment'])} over all cases)")
                if pe else "")
-    legacy = n.get("legacy_aa") or {}
-    old = (f" · old A/A max |ratio − 1| of {_e(len(legacy.get('rounds') or []))} normal rounds "
-           f"{_pct(legacy.get('spread'))} (not used)" if legacy else "")
     return (f"<span id=noise-figure>noise figure {_pct(n['sigma'])} [{_pct(ci[0])}–{_pct(ci[1])}] (pooled robust SD "
             f"of per-round log ratios, {_e(n.get('cases'))} cases; threshold {_pct(n.get('threshold'))})"
-            f"{aa_text}{pe_text}{old}</span>")
+            f"{aa_text}{pe_text}</span>")
 
 
 def _width_choice_note(st: dict) -> str:
@@ -183,12 +180,10 @@ def _ranking_note(doc: dict) -> str:
     """What the ranking compares (benchmark.json `ranking`)."""
     rk = doc.get("ranking") or {}
     if rk.get("statistic") == "vs_baseline":
-        how = ("chosen on calibration prompts before any round" if rk.get("width_chosen") == "calibration" else
-               "the width of the highest benchmark median: post-hoc, as runs before schema 7 chose it")
-        return (f"Ranked at width {_e(rk.get('width'))} ({_e(how)}) by each method's speed against plain "
-                f"{_e(rk.get('baseline'))} at that width, timed in the same rounds, a number of rounds fixed before "
-                f"the run, the legs of each round in a seeded random order; for {_e(rk.get('baseline'))} itself the "
-                "ratio is dflash against dflash (the ranking's own A/A).")
+        return (f"Ranked at width {_e(rk.get('width'))} (chosen on calibration prompts before any round) by each "
+                f"method's speed against plain {_e(rk.get('baseline'))} at that width, timed in the same rounds, a "
+                "number of rounds fixed before the run, the legs of each round in a seeded random order; for "
+                f"{_e(rk.get('baseline'))} itself the ratio is dflash against dflash (the ranking's own A/A).")
     return "Ranked by each method's best speedup over greedy (this run has no per-round dflash comparison)."
 
 
@@ -327,8 +322,7 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
             ex += f' <span class="tie">({_e(ties)} tie)</span>'
         idx = m.get("index")
         rounds = (f"{_e(r.get('rounds', '–'))}"
-                  f"{'' if r.get('compared_rounds') in (None, r.get('rounds')) else ' / ' + _e(r['compared_rounds'])}"
-                  f"{'' if not r.get('race') else ' <span class=muted>(raced: ' + _e(r['race'].get('stop')) + ')</span>'}")
+                  f"{'' if r.get('compared_rounds') in (None, r.get('rounds')) else ' / ' + _e(r['compared_rounds'])}")
         rows.append(
             f"<tr{' class=winner' if mid == win else ''} data-method=\"{_e(mid)}\">"
             f"<td>{_e(f'{idx:02d}' if isinstance(idx, int) else idx)} {_e(mid)}</td>"

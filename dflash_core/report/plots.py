@@ -296,7 +296,7 @@ def verify_cost(doc: dict) -> str:
     pid, label = "plot-verify-cost", "verify-cost curve, the speedup bound and the oracle rows"
     ratio = {int(w): v for w, v in ((doc.get("verify_cost") or {}).get("ratio") or {}).items() if _num(v)}
     measured = measured_verify_widths(doc)
-    if measured:  # the loop's fit: drawn only at the widths the loop timed (runs before schema 7: the isolated curve)
+    if measured:  # the loop's fit: drawn only at the widths the loop timed
         ratio = {w: v for w, v in ratio.items() if w in measured}
     bound = {int(w): v for w, v in (doc.get("upper_bound_speedup") or {}).items() if _num(v)}
     oracle = {int(k.split("-w", 1)[1]): r for k, r in (doc.get("references") or {}).items()
@@ -330,15 +330,14 @@ def verify_cost(doc: dict) -> str:
 
 def noise(doc: dict) -> str:
     """The A/A figure: every dflash-vs-dflash round at the ranking width (the ratio the selection compares, timed
-    against itself) and, for runs before schema 7, their normal-vs-normal rounds, in the order timed, with a band
-    of ± the run's noise figure (the pooled robust SD of per-round log ratios that the noise flag reads)."""
+    against itself) and normal's rounds against itself, in the order timed, with a band of ± the run's noise
+    figure (the pooled robust SD of per-round log ratios that the noise flag reads)."""
     pid, label = "plot-noise", "A/A rounds: identical work timed against itself"
     n = doc.get("noise") or {}
-    aa = [x for x in (n.get("legacy_aa") or {}).get("rounds") or [] if _num(x)]
-    if not aa:  # normal timed against itself in the same rounds: its row's "speedup" is this A/A, not a speedup
-        nrow = (((doc.get("methods") or {}).get("normal") or {}).get("rows") or {}).get("0") or {}
-        aa = [x for x in nrow.get("speedup_rounds") or [] if _num(x)]
-        aa = aa if len(aa) >= 2 else []  # one round shows no spread
+    # normal timed against itself in the same rounds: its row's "speedup" is this A/A, not a speedup
+    nrow = (((doc.get("methods") or {}).get("normal") or {}).get("rows") or {}).get("0") or {}
+    aa = [x for x in nrow.get("speedup_rounds") or [] if _num(x)]
+    aa = aa if len(aa) >= 2 else []  # one round shows no spread
     rk = doc.get("ranking") or {}
     base = rk.get("baseline")
     w = rk.get("width")

@@ -1,32 +1,27 @@
 """The report's ranking: which rounds are ranked, the selection with its guarantee (stats/selection.py), the
 run's noise figure, the ranking's own A/A (dflash against dflash) and the position effect of the leg order.
 
-Everything here is recomputed from the saved rows, so a saved run rebuilds with the code of the day; what an
-older run lacks for it is listed in `limitations` rather than filled in.
+Everything here is recomputed from the saved rows (schema 7 and later: build.load_saved refuses older runs), so
+a saved run rebuilds with the code of the day.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 
 from ..bench.config import BASELINE
 from ..stats.selection import NOT_FASTEST, RULE, adjusted_noise, rank
-from ..stats.summary import leading_width, median_interval
+from ..stats.summary import median_interval
 
 NOISE_FIGURE = "pooled robust SD (MAD x 1.4826, small-sample factor) of the ranked cases' per-round log ratios"
 
 
-def ranking_width(methods: dict, settings: dict) -> tuple[int | None, str]:
-    """(width, how it was chosen). Schema 7 runs chose it on calibration prompts before any round
-    (`settings.ranking_width`); older runs ranked at the width of the highest benchmark median (post-hoc)."""
+def ranking_width(methods: dict, settings: dict) -> int | None:
+    """The width chosen on calibration prompts before any round (`settings.ranking_width`); None when the run
+    measured no row there. Why not the best benchmark median: a choice made on the data it is reported on."""
     w = settings.get("ranking_width")
     rows = {int(k) for m in methods.values() for k in m["rows"]}
-    if isinstance(w, int) and not isinstance(w, bool) and w in rows:
-        return w, "calibration"
-    speculative = [m for mid, m in methods.items() if mid != "normal"]
-    lead = leading_width((r["speedup"], int(k)) for m in speculative for k, r in m["rows"].items())
-    return lead, "post-hoc"
+    return w if isinstance(w, int) and not isinstance(w, bool) and w in rows else None
 
 
 def ranked_rounds(methods: dict, width: int | None) -> tuple[str, dict[str, list[float]]]:
@@ -44,8 +39,7 @@ def ranked_rounds(methods: dict, width: int | None) -> tuple[str, dict[str, list
 def position_effect(methods: dict, width: int | None) -> dict | None:
     """How much faster the second of two identical decodes ran: per round of the rows that draft exactly like
     dflash at `width` (dflash itself, and methods whose draft never differed from dflash's), the wall of the leg
-    that ran first over the leg that ran second (> 1: the second leg was faster). Rounds saved before schema 7
-    always ran dflash before the method. None without such rows."""
+    that ran first over the leg that ran second (> 1: the second leg was faster). None without such rows."""
     per_round, rows = [], []
     for mid, m in methods.items():
         r = m["rows"].get(str(width)) if width is not None else None
@@ -69,8 +63,8 @@ def position_effect(methods: dict, width: int | None) -> dict | None:
 
 
 def baseline_first(methods: dict, width: int | None) -> dict[str, list[bool]]:
-    """Per method at `width`, per round: did the dflash leg run before the method's (`leg_orders`; rows without
-    them ran dflash first, as every round did before schema 7)."""
+    """Per method at `width`, per round: did the dflash leg run before the method's (`leg_orders`; a round without
+    one counts as greedy, dflash, method)."""
     out = {}
     for mid, m in methods.items():
         r = m["rows"].get(str(width)) if width is not None else None
@@ -92,18 +86,6 @@ def aa_of_the_ranking(rounds: dict[str, list[float]]) -> dict | None:
             "spread": max(abs(x - 1.0) for x in xs)}
 
 
-def _legacy_aa(docs: list[dict]) -> dict | None:
-    """The normal-vs-normal A/A rounds runs before schema 7 timed, shown for reading only."""
-    xs = []
-    for d in docs:
-        n = d["dflash"].get("noise") if isinstance(d["dflash"].get("noise"), dict) else {}
-        for phase in ("start", "end"):
-            v = n.get(phase)
-            if isinstance(v, list):
-                xs += [float(x) for x in v if isinstance(x, (int, float)) and not isinstance(x, bool)]
-    return {"rounds": xs, "spread": max(abs(x - 1.0) for x in xs)} if xs else None
-
-
 def _lead(lead: dict | None) -> dict | None:
     """select_best's lead of the top estimate over the next, as fractions (0.22: 22 % faster)."""
     if lead is None:
@@ -113,15 +95,11 @@ def _lead(lead: dict | None) -> dict | None:
             "noise_could_change": lead["noise_could_change"]}
 
 
-def build_ranking(methods: dict, settings: dict, docs: list[dict], resolution: float, threshold: float,
-                  limitations: list[str]) -> dict:
+def build_ranking(methods: dict, settings: dict, resolution: float, threshold: float, limitations: list[str]) -> dict:
     """The ranking, its noise figure and position effect as benchmark.json fields, and each method's `best` ranking
-    figures (rank_group, vs_baseline, its interval, gap). Appends to `limitations` what a saved run lacks."""
-    width, chosen = ranking_width(methods, settings)
+    figures (rank_group, vs_baseline, its interval, gap). Appends to `limitations` what it could not compute."""
+    width = ranking_width(methods, settings)
     statistic, rounds = ranked_rounds(methods, width)
-    if chosen == "post-hoc" and rounds:
-        limitations.append("ranking width chosen post-hoc (the highest benchmark median): runs before schema 7 did "
-                           "not choose it on calibration prompts")
     first = baseline_first(methods, width) if statistic == "vs_baseline" else {}
     out = rank(rounds, resolution, threshold=threshold, baseline_first=first)
     noise = out["noise"]
@@ -139,7 +117,7 @@ def build_ranking(methods: dict, settings: dict, docs: list[dict], resolution: f
     groups = [list(out["g1"])] + ([[k for k in sorted(out["cases"], key=lambda k: -out["estimate"][k])
                                     if k not in out["g1"]]] if len(out["g1"]) < len(out["cases"]) else [])
     ranking = {
-        "statistic": statistic, "width": width if statistic == "vs_baseline" else None, "width_chosen": chosen,
+        "statistic": statistic, "width": width if statistic == "vs_baseline" else None, "width_chosen": "calibration",
         "baseline": BASELINE if statistic == "vs_baseline" else None, "rule": RULE, "confidence": out["confidence"],
         "resolution": resolution, "resolution_effective": math.expm1(out["resolution"]),
         "critical_value": out["critical_value"], "resamples": out["resamples"],
@@ -154,8 +132,7 @@ def build_ranking(methods: dict, settings: dict, docs: list[dict], resolution: f
     }
     doc_noise = {"figure": NOISE_FIGURE, "sigma": noise["sigma"], "ci": noise["ci"], "threshold": noise["threshold"],
                  "noisy": bool(noise["noisy"]), "cases": noise["cases"], "residuals": noise.get("residuals", 0),
-                 "df": noise["df"], "statistic": statistic, "aa": aa_of_the_ranking(rounds),
-                 "legacy_aa": _legacy_aa(docs)}
+                 "df": noise["df"], "statistic": statistic, "aa": aa_of_the_ranking(rounds)}
     if noise["sigma"] is None and rounds:
         limitations.append("no noise figure: no ranked case has two rounds")
     pe = position_effect(methods, width if statistic == "vs_baseline" else None)
@@ -163,22 +140,6 @@ def build_ranking(methods: dict, settings: dict, docs: list[dict], resolution: f
         pe["adjustment"] = None if out["position_delta"] is None else math.exp(out["position_delta"])
     return {"ranking": ranking, "rank_groups": groups, "noise": doc_noise, "position_effect": pe,
             "leader": max(out["cases"], key=lambda k: (out["estimate"][k], k)) if out["cases"] else None}
-
-
-def truncate_raced(row: dict, lab: dict) -> int:
-    """Cut a row saved by a racing run (schema <= 6) back to the ranking rounds declared before it raced (the
-    top-up's `race.top_up.rounds`): rounds added because the ranking was undecided are optional stopping. Returns
-    the number of rounds dropped (0 for schema 7 runs, which have no `race` record)."""
-    race = lab.get("race") if isinstance(lab.get("race"), dict) else {}
-    top = (race.get("top_up") or {}).get("rounds") if isinstance(race.get("top_up"), dict) else None
-    xs = row.get("vs_baseline_rounds")
-    if not (isinstance(top, int) and top >= 1 and isinstance(xs, list) and len(xs) > top and row.get("race")):
-        return 0
-    dropped = len(xs) - top
-    row["vs_baseline_rounds"] = xs[:top]
-    row["vs_baseline"] = float(statistics.median(xs[:top]))
-    row["compared_rounds"] = top
-    return dropped
 
 
 def noise_of_rounds(per_case_ratios: dict[str, list[float]], threshold: float,

@@ -47,17 +47,6 @@ def effective_resolution(user_resolution: float, sigma: float | None, rounds: fl
     return max(base, k * float(sigma) / math.sqrt(rounds))
 
 
-def fixed_design(per_case: Mapping[str, Sequence[float]], rounds: int) -> dict[str, list[float]]:
-    """The first `rounds` rounds of every case, in measurement order: the design declared before the run.
-
-    Why: rounds added because the ranking was not yet decided (racing, in runs saved before schema 7) make the
-    stopping time depend on the data, which inflates false winners (on top of MCB: 0.7 % -> 4.2 %). Cutting a saved
-    run back to its declared rounds restores a fixed design; a case with fewer rounds keeps what it has."""
-    if rounds < 1:
-        raise ValueError(f"rounds must be >= 1, got {rounds}")
-    return {k: [float(x) for x in list(v)[:rounds]] for k, v in per_case.items()}
-
-
 def _critical_value(dev: np.ndarray, s_pair: np.ndarray, confidence: float) -> float:
     """max over candidate bests k of the `confidence` quantile of max_{j != k} |Z_kj|, Z_kj the bootstrap deviation
     of th_k - th_j over s_kj: a two-sided Dunnett event with the unknown true best as control (the max over k
@@ -161,8 +150,7 @@ def position_adjusted(logs: Mapping[str, np.ndarray], baseline_first: Mapping[st
     its rounds with dflash first minus the median with the method first; the run's is the median over the cases
     that ran both orders. A round with dflash first then loses it, one with the method first gains it.
     Why: the legs run in a random order, so an unadjusted position effect of a few % would not bias a ratio but would
-    spread its rounds into two modes and read as noise. None (nothing adjusted) when no case ran both orders, e.g.
-    runs before schema 7, whose fixed order shifts every method alike."""
+    spread its rounds into two modes and read as noise. None (nothing adjusted) when no case ran both orders."""
     diffs, flags = [], {}
     for k, y in logs.items():
         f = np.asarray(list(baseline_first.get(k) or [])[:y.size], dtype=bool)
@@ -178,24 +166,22 @@ def position_adjusted(logs: Mapping[str, np.ndarray], baseline_first: Mapping[st
     return out, delta
 
 
-def adjusted_noise(per_case_ratios: Mapping[str, Sequence[float]], *, rounds: int | None = None,
-                   threshold: float | None = None, confidence: float = CONFIDENCE, seed: int = SEED,
+def adjusted_noise(per_case_ratios: Mapping[str, Sequence[float]], *, threshold: float | None = None,
+                   confidence: float = CONFIDENCE, seed: int = SEED,
                    baseline_first: Mapping[str, Sequence[bool]] | None = None) -> tuple[dict, float | None, dict]:
-    """The log ratios the ranking works on (cut to `rounds`, the position effect removed), that effect and their
-    noise figure: one function, so the bench's stderr warning and the report quote the same figure."""
+    """The log ratios the ranking works on (the position effect removed), that effect and their noise figure: one
+    function, so the bench's stderr warning and the report quote the same figure."""
     logs = {k: np.log(np.asarray([x for x in v if x > 0], dtype=float)) for k, v in per_case_ratios.items()}
-    if rounds is not None:
-        logs = {k: np.asarray(v) for k, v in fixed_design(logs, rounds).items()}
     logs, delta = position_adjusted(logs, baseline_first or {})
     noise = robust_noise(logs, confidence, **({} if threshold is None else {"threshold": threshold}), seed=seed)
     return logs, delta, noise
 
 
-def rank(per_case_ratios: Mapping[str, Sequence[float]], resolution: float, rounds: int | None = None,
-         threshold: float | None = None, confidence: float = CONFIDENCE, resamples: int = RESAMPLES,
-         seed: int = SEED, baseline_first: Mapping[str, Sequence[bool]] | None = None) -> dict:
-    """The whole ranking of a run from each case's per-round ratios against the baseline: cut to the declared
-    `rounds` (`fixed_design`; None keeps every round), the position effect of the leg order removed
+def rank(per_case_ratios: Mapping[str, Sequence[float]], resolution: float, threshold: float | None = None,
+         confidence: float = CONFIDENCE, resamples: int = RESAMPLES, seed: int = SEED,
+         baseline_first: Mapping[str, Sequence[bool]] | None = None) -> dict:
+    """The whole ranking of a run from each case's per-round ratios against the baseline (every round of a design
+    fixed before the run, `bench.schedule.run_ranking`), the position effect of the leg order removed
     (`position_adjusted`, given each round's order: True where the baseline leg ran first), the noise figure over
     those rounds (`robust_noise`), then MCB (`select_best`).
 
@@ -206,9 +192,9 @@ def rank(per_case_ratios: Mapping[str, Sequence[float]], resolution: float, roun
     resolution; the widened r keeps the false-winner rate at MCB's (tests/test_selection.py: <= 5 %, measured
     0-0.1 % at a 1.4 % true gap, quiet or loaded). `lead.noise_could_change` says whether the verdict would flip with
     the noise figure at the upper end of its interval. Returns select_best's record with `noise`,
-    `position_delta`, `design_rounds` and `guarantee`."""
-    logs, delta, noise = adjusted_noise(per_case_ratios, rounds=rounds, threshold=threshold, confidence=confidence,
-                                        seed=seed, baseline_first=baseline_first)
+    `position_delta` and `guarantee`."""
+    logs, delta, noise = adjusted_noise(per_case_ratios, threshold=threshold, confidence=confidence, seed=seed,
+                                        baseline_first=baseline_first)
     out = select_best(logs, resolution, confidence, resamples=resamples, seed=seed, noise=noise)
-    return {**out, "noise": noise, "position_delta": delta, "design_rounds": rounds,
+    return {**out, "noise": noise, "position_delta": delta,
             "guarantee": guarantee_sentence(confidence, out["resolution"])}

@@ -52,14 +52,6 @@ def median_iqr(xs: Sequence[float]) -> tuple[float, float]:
     return med, q3 - q1
 
 
-def leading_width(speedups: Iterable[tuple[float, int]]) -> int | None:
-    """The width of the highest median speedup over greedy among (speedup, width) pairs, ties to the smaller
-    width; None without pairs. Runs saved before schema 7 ranked there (a choice made on benchmark data);
-    schema 7 runs rank at the width chosen on calibration prompts (`settings.ranking_width`)."""
-    best = max(((float(s), -int(w)) for s, w in speedups), default=None)
-    return None if best is None else -best[1]
-
-
 def finite(xs: Iterable[float]) -> np.ndarray:
     """The finite values of `xs` as a float array."""
     a = np.asarray([float(x) for x in xs], dtype=float)
