@@ -351,9 +351,12 @@ def test_report_page_says_what_it_draws_and_where_it_came_from():
     assert best["speedup_ci_label"].startswith("min-max of 3 rounds (covers the median with 75.0 %)")
 
 
-def test_width_chosen_on_calibration_is_not_post_hoc():
+@pytest.mark.parametrize("tuned", [1, {"selected": 1, "table": [], "objective": "cost model"}])
+def test_width_chosen_on_calibration_is_not_post_hoc(tuned):
+    """As a bare width and as the record `--tune` writes (bench.calibration: {"selected": w, ...}). Break: read only
+    the bare width and the bench's own record shows the benchmark maximum, labelled post-hoc."""
     a = _saved([_bench("normal", 0), _bench("dflash", 1, speedup=1.2), _bench("dflash", 2, speedup=1.5)])
-    a["dflash"]["tuned_widths"] = {"dflash": 1}
+    a["dflash"]["tuned_widths"] = {"dflash": tuned}
     doc = build_report([a], ["r"])
     assert doc["methods"]["dflash"]["best"]["width"] == 1
     assert doc["methods"]["dflash"]["best"]["selection"] == "calibration"

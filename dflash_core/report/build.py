@@ -322,7 +322,9 @@ def _best(m: dict, tuned: dict, mid: str) -> dict:
     benchmark medians, labelled post-hoc (a choice made on the benchmark data it is reported on)."""
     rows = m["rows"]
     tw = tuned.get(mid)
-    if tw is not None and str(tw) in rows:
+    if isinstance(tw, dict):  # the bench writes {"selected": width, "table": ..., "objective": ...}
+        tw = tw.get("selected")
+    if isinstance(tw, int) and not isinstance(tw, bool) and str(tw) in rows:
         w, selection = str(tw), "calibration"
     else:
         w = max(rows, key=lambda k: (rows[k]["speedup"], -int(k)))
