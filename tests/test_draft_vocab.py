@@ -1,4 +1,4 @@
-"""Draft vocabulary (FR-Spec / EAGLE-3 draft-to-target map) and teacher-forced text (issue 39): the map is
+"""Draft vocabulary (FR-Spec / EAGLE-3 draft-to-target map) and teacher-forced text: the map is
 checked as hostile input, drafting over K ids equals the full head restricted to them, training labels outside
 the map count as misses, teacher-forced labels stop where the text leaves the target's predictions, and the
 forced text is held out like every consumer of training text."""

@@ -1,4 +1,4 @@
-"""The shipped reference bundle (reference/, issue 38): current, verified before use, imported by prepare into a home
+"""The shipped reference bundle (reference/): current, verified before use, imported by prepare into a home
 without a mini target, and skipped by --rebuild-mini. Regenerate it with `python scripts/make_reference_bundle.py`."""
 
 from __future__ import annotations
