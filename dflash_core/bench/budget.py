@@ -46,6 +46,16 @@ class MatrixCosts:
     t_fixed: float = 0.0  # work of a fixed size: the verify-cost curve (test_verify_cost)
 
 
+def leg_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, spec_factor: float = 1.0
+                ) -> tuple[float, dict[int, float]]:
+    """(greedy leg, {width: speculative leg}): the seconds of one leg at this size, from the measured costs and
+    dflash's cost-model speedup, the speculative decode priced at `spec_factor` x dflash's (1: the expectation the
+    progress line weighs items by; SLOWEST_METHOD_FACTOR: the budget's upper bound). Each leg prefills its prompts."""
+    n = prompts * tokens
+    prefill = costs.t_row * sum(costs.prompt_lens[:prompts])
+    return n * costs.t_greedy + prefill, {w: n * t * spec_factor + prefill for w, t in costs.t_spec.items()}
+
+
 def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: int, rank_rounds: int,
                       methods: int, widths: list[int], ranking_width: int, references: int) -> float:
     """Seconds the matrix (greedy references, cases, base rounds, ranking rounds, reference rows, the verify-cost
@@ -56,26 +66,12 @@ def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: 
     dflash and the method (`schedule.run_ranking`), topping the ranking width's cases up to `rank_rounds`; the
     normal case runs two greedy legs a round; a reference row runs its peer and greedy (`peers.measure_reference`).
     Every leg prefills its prompts (at 1 prompt x 16 tokens on the 350M, ~15 % of a leg)."""
-    n = prompts * tokens
-    prefill = costs.t_row * sum(costs.prompt_lens[:prompts])
-    greedy = n * costs.t_greedy + prefill
-
-    def spec(w: int) -> float:
-        return n * costs.t_spec[w] * SLOWEST_METHOD_FACTOR + prefill
-
+    greedy, spec = leg_seconds(costs, prompts=prompts, tokens=tokens, spec_factor=SLOWEST_METHOD_FACTOR)
     total = greedy + rounds * 2 * greedy  # the greedy references, then the normal case
-    total += sum(methods * (rounds * (greedy + 2 * spec(w)) + ACTIVITY_LEGS * spec(w)) for w in widths)
-    total += methods * max(0, rank_rounds - rounds) * 2 * spec(ranking_width)
+    total += sum(methods * (rounds * (greedy + 2 * spec[w]) + ACTIVITY_LEGS * spec[w]) for w in widths)
+    total += methods * max(0, rank_rounds - rounds) * 2 * spec[ranking_width]
     total += references * rounds * greedy * (1 + REFERENCE_LEG_FACTOR)
     return total + costs.t_fixed
-
-
-def leg_seconds(costs: MatrixCosts, *, prompts: int, tokens: int) -> tuple[float, dict[int, float]]:
-    """(greedy leg, {width: speculative leg}): the expected seconds of one leg at this size, from the measured
-    costs and dflash's cost-model speedup, with no upper-bound factor: what the progress line weighs items by."""
-    n = prompts * tokens
-    prefill = costs.t_row * sum(costs.prompt_lens[:prompts])
-    return n * costs.t_greedy + prefill, {w: n * t + prefill for w, t in costs.t_spec.items()}
 
 
 def plan_matrix(costs: MatrixCosts, budget_s: float, *, fixed: dict, rank_rounds: int, methods: int,
