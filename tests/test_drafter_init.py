@@ -60,3 +60,15 @@ def test_a_drafter_of_another_shape_is_refused_by_name():
     model = _llama()
     with pytest.raises(BadInputError, match="target_shaped"):
         init_from_target(init_drafter(_base(model), 1), model)
+
+
+def test_a_checkpoint_of_another_initialisation_is_not_resumed():
+    """The init hook's record is part of the checkpoint key, so a killed run resumes only its own initialisation
+    (no record: the key is what it always was). Break: leave `init` out of the key and the keys are equal."""
+    from dflash_core.prepare.teacher import TeacherData
+    from dflash_core.prepare.train import TrainConfig, _checkpoint_key
+
+    data, cfg, tcfg = TeacherData([[1, 2, 3]], [1], None), _base(_llama()), TrainConfig()
+    plain = _checkpoint_key(data, cfg, tcfg)
+    assert _checkpoint_key(data, cfg, tcfg, None) == plain
+    assert _checkpoint_key(data, cfg, tcfg, {"from": "target", "layers": [1, 2]}) != plain

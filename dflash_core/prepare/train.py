@@ -463,7 +463,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     gen = torch.Generator().manual_seed(tcfg.seed + 1)
     st: dict = {"step": 0, "losses": [], "accs": [], "curve": [], "since_best": 0, "train_seconds": 0.0,
                 "best": {"score": -1.0, "step": 0, "state": None, "acc": None, "loss": None}}
-    key = _checkpoint_key(data, dcfg, tcfg)
+    key = _checkpoint_key(data, dcfg, tcfg, init_record)
     ckpt = work / CHECKPOINT_FILE if work is not None else None
     resumed = load_checkpoint(ckpt, key) if ckpt is not None else None
     resumed_step = None
@@ -603,8 +603,11 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     return drafter, metrics
 
 
-def _checkpoint_key(data: TeacherData, dcfg: DrafterConfig, tcfg: TrainConfig) -> str:
-    """What a checkpoint must have been written for: the same data, drafter, recipe and world size."""
+def _checkpoint_key(data: TeacherData, dcfg: DrafterConfig, tcfg: TrainConfig, init: dict | None = None) -> str:
+    """What a checkpoint must have been written for: the same data, drafter, recipe, initialisation (the `init`
+    hook's record, when there is one) and world size."""
     doc = {"seqs": hashlib.sha256(json.dumps(data.sequences).encode()).hexdigest(), "drafter": dcfg.to_dict(),
            "train": {k: v for k, v in asdict(tcfg).items() if k != "budget_minutes"}, "world": dist.world_size()}
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+    if init is not None:
+        doc["init"] = init
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
