@@ -156,11 +156,11 @@ def item_weights(items, rounds: int, rank_rounds: int = 0, legs=None, ranking_wi
     `verify_seconds`. Without them (a reused size, --smoke, given knobs): units of a decode case's first round, the
     ranking rounds topping up about half the decode cases (one of two widths)."""
     bench = [i for i in items if "bench" in getattr(i, "fixturenames", ())]
-    cases = [c for i in bench if getattr(i, "originalname", "") == "test_decode" and (c := _case(i))]
-    if legs is None or len(cases) != sum(getattr(i, "originalname", "") == "test_decode" for i in bench):
-        decode = sum(getattr(i, "originalname", "") == "test_decode" for i in bench)
-        heavy = {"test_rounds": max(0, rounds - 1) * decode,
-                 "test_ranking_rounds": max(0, rank_rounds - rounds) * decode / 2}
+    decode = [i for i in bench if getattr(i, "originalname", "") == "test_decode"]
+    cases = {i.nodeid: c for i in decode if (c := _case(i))}
+    if legs is None or len(cases) != len(decode):
+        heavy = {"test_rounds": max(0, rounds - 1) * len(decode),
+                 "test_ranking_rounds": max(0, rank_rounds - rounds) * len(decode) / 2}
         return {i.nodeid: float(heavy.get(getattr(i, "originalname", ""), 1)) for i in bench}
     greedy, spec = legs
     mean_spec = sum(spec.values()) / max(1, len(spec))
@@ -171,15 +171,15 @@ def item_weights(items, rounds: int, rank_rounds: int = 0, legs=None, ranking_wi
     def round_of(method: str, w: int) -> float:
         return 2 * greedy if method == "normal" else greedy + 2 * leg(w)
 
-    ranked = sum(1 for m, w in cases if m != "normal" and w == ranking_width)
+    ranked = sum(1 for m, w in cases.values() if m != "normal" and w == ranking_width)
     out = {}
     for i in bench:
         name = getattr(i, "originalname", "")
         if name == "test_decode":
-            m, w = _case(i)
+            m, w = cases[i.nodeid]
             out[i.nodeid] = round_of(m, w) + (0.0 if m == "normal" else ACTIVITY_LEGS * leg(w))
         elif name == "test_rounds":
-            out[i.nodeid] = max(0, rounds - 1) * sum(round_of(m, w) for m, w in cases)
+            out[i.nodeid] = max(0, rounds - 1) * sum(round_of(m, w) for m, w in cases.values())
         elif name == "test_ranking_rounds":
             out[i.nodeid] = max(0, rank_rounds - rounds) * ranked * 2 * leg(ranking_width or 0)
         elif name == "test_reference":
