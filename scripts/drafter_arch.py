@@ -3,8 +3,9 @@
 Why: on SmolLM2-135M the default drafter (one layer, random init) is right 31 % of the time at the first drafted
 position with training accuracy equal to held-out (underfit). This script generates the teacher data once (a
 subset of prepare's train seeds, plus teacher-forced text), then trains each variant with the same split, steps
-and seed: `base` (prepare's default), `deepN` (N layers), `initN` (N target-shaped layers copied from the target's
-last attention layers, `prepare/drafter_init.py`). Scored by the held-out per-position accuracy (float32) and by
+and seed: `base` (prepare's default), `anchor`/`block` (the anchor feature, `DrafterConfig.anchor_feature`),
+`deepN` (N layers), `initN` (N target-shaped layers copied from the target's last attention layers,
+`prepare/drafter_init.py`). Scored by the held-out per-position accuracy (float32) and by
 plain dflash's tokens per target call on the benchmark prompts. Nothing is written into the home.
 
     python scripts/drafter_arch.py --target DIR --seeds 800 --forced-tokens 65536 --steps 300 \
@@ -33,9 +34,11 @@ def variant_config(name: str, dcfg, model):
 
     if name == "base":
         return dcfg, None
+    if name in ("anchor", "block"):  # the fused row before the anchor added to the anchor row / every block row
+        return replace(dcfg, anchor_feature=name), None
     m = re.fullmatch(r"(deep|init)(\d)", name)
     if not m:
-        raise SystemExit(f"error: unknown variant {name!r} (base, deepN, initN)")
+        raise SystemExit(f"error: unknown variant {name!r} (base, anchor, block, deepN, initN)")
     cfg = replace(dcfg, num_layers=int(m.group(2)))
     if m.group(1) == "deep":
         return cfg, None

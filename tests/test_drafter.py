@@ -110,3 +110,42 @@ def test_block_loss_decreases_position_weighting(parts):
     loss, acc = block_loss(d, embed, head, toks.view(1, -1), feats.unsqueeze(0), torch.tensor([[3, 8]]), gamma=4.0)
     assert loss.ndim == 0 and torch.isfinite(loss)
     assert acc.shape == (B,)
+
+
+@pytest.mark.parametrize("where", ["anchor", "block"])
+def test_anchor_feature_training_forward_matches_inference(where):
+    """With `anchor_feature`, the training forward (block_inputs + the row before each anchor) gives each block
+    what DraftState.draft gives it, anchor 0 (no context) included; and the feature is used: zeroing `feat`
+    changes the drafts."""
+    from dflash_core.prepare.train import block_inputs
+
+    torch.manual_seed(0)
+    cfg = DrafterConfig(hidden_size=H, vocab_size=V, taps=(0, 2), block_size=B, num_layers=1, num_heads=4,
+                        intermediate_size=64, anchor_feature=where)
+    d = init_drafter(cfg, seed=1).double().eval()
+    embed = torch.nn.Embedding(V, H).double()
+    head = torch.nn.Linear(H, V, bias=False).double()
+    feats = torch.randn(20, 2 * H, dtype=torch.float64)
+    toks = torch.randint(0, V, (20,))
+    anchors = [0, 4, 11]
+    anc = torch.tensor([anchors])
+    x, pos, ctx_pos, mask = block_inputs(d, embed, toks.view(1, -1), anc)
+    with torch.no_grad():
+        h = d(x, feats.unsqueeze(0), pos, ctx_pos, mask, anc - 1).view(len(anchors), B + 1, -1)[:, 1:]
+    for m, a in enumerate(anchors):
+        st = DraftState(d)
+        st.extend(feats[:a])
+        want, _ = st.draft(int(toks[a]), embed, head)
+        torch.testing.assert_close(head(h[m]), want, rtol=0, atol=1e-10)
+    st = DraftState(d)
+    st.extend(feats[:9])
+    with_feat, _ = st.draft(int(toks[9]), embed, head)
+    with torch.no_grad():
+        d.feat.weight.zero_()
+    without, _ = st.draft(int(toks[9]), embed, head)
+    assert (with_feat - without).abs().max() > 1e-6
+
+
+def test_anchor_feature_is_checked():
+    with pytest.raises(ValueError, match="anchor_feature"):
+        init_drafter(DrafterConfig(hidden_size=H, vocab_size=V, taps=(0,), anchor_feature="rows"), seed=0)

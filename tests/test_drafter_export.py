@@ -350,3 +350,14 @@ def test_model_card_skips_a_report_it_cannot_read_safely(tmp_path):
     os.mkfifo(tmp_path / "fifo" / "benchmark.json")
     assert find_report([tmp_path], "a" * 64, "b" * 64) == good
     assert find_report([tmp_path], "c" * 64, "b" * 64) is None
+
+
+def test_a_drafter_with_the_anchor_feature_is_refused_with_the_fix(tiny_prepared, tmp_path):
+    """transformers' DFlash drafter has no weight for the anchor feature: exporting one would draft without it."""
+    from dflash_core.prepare.drafter_format import export_drafter
+    from dflash_core.runtime.drafter import init_drafter
+
+    d = init_drafter(replace(tiny_prepared.prepared.drafter.cfg, anchor_feature="block"), seed=0)
+    with pytest.raises(BadInputError, match="anchor_feature 'block'.*prepared with anchor_feature 'off'"):
+        export_drafter(d, tiny_prepared.rt.config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

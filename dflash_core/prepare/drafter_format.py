@@ -17,6 +17,8 @@ ours counts the drafted tokens (theirs = ours + 1).
   it in config.json as `dflash_draft_vocab_size` and `dflash_draft_to_target` (K target ids), which
   `load_hf_drafter` reads back (checked: K, shape, range, uniqueness). transformers' own `generate` ignores them
   and drafts over the full head: other drafts, still lossless, since the target verifies every token.
+* The anchor feature (`DrafterConfig.anchor_feature`) has no transformers counterpart at all: such a drafter is
+  refused by `export_drafter` with the fix (a lab bundle carries it).
 """
 
 from __future__ import annotations
@@ -151,6 +153,11 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
     from safetensors import SafetensorError
 
     out = Path(out)
+    if drafter.cfg.anchor_feature != "off":
+        raise BadInputError(f"this drafter adds the anchor feature (anchor_feature {drafter.cfg.anchor_feature!r}), "
+                            f"which transformers' DFlash drafter ({MODEL_TYPE}) has no weight for: export a drafter "
+                            "prepared with anchor_feature 'off' (bundles carry this one: `python -m dflash_core "
+                            "export`)")
     check_drafter_out(out)
     model = to_hf_model(copy.deepcopy(drafter).float().cpu(), target_config, identity)
     tmp = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.part"

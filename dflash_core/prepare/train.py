@@ -291,7 +291,8 @@ def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *
     B = cfg.block_size
     n, M = anc.shape
     x, pos, ctx_pos, mask = block_inputs(drafter, embed, tok, anc)
-    h = (model or drafter)(x.to(ft.dtype), ft, pos, ctx_pos, mask).view(n, M, B + 1, -1)[:, :, 1:]
+    prev = (anc - 1) if cfg.anchor_feature != "off" else None  # the context row before each anchor (-1: none)
+    h = (model or drafter)(x.to(ft.dtype), ft, pos, ctx_pos, mask, prev).view(n, M, B + 1, -1)[:, :, 1:]
     at = (anc.unsqueeze(-1) + 1 + torch.arange(B)).view(n, -1)
     labels = (tok if preds is None else preds).gather(1, at).view(n, M, B)
     ids, probs = targets if targets is not None else (labels.unsqueeze(-1), torch.ones(n, M, B, 1))

@@ -19,6 +19,11 @@
   and training pay a K x H head instead of V x H. Drafted logits are scattered back to the full vocabulary (the
   other ids get `OOV_LOGIT`), so every method sees [B, V] logits in target ids; the target still verifies over
   its full vocabulary, so exactness does not depend on the map.
+* Anchor feature (EAGLE's input, `anchor_feature`): 'anchor' adds a learned projection (`feat`, H -> H) of the
+  fused context row just before the anchor to the anchor row, 'block' to every row of the block. Why: with one
+  layer a MASK row's query is the same for every block (the MASK embedding at a relative position), so it can only
+  mix the anchor's embedding and the context linearly before the MLP; the feature puts the target's latest
+  state into the rows themselves. 'off' is upstream's drafter (and the only one the transformers format holds).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class DrafterConfig:
     kv_heads: int | None = None  # None: num_heads (plain multi-head attention)
     attn_head_dim: int | None = None  # None: hidden_size // num_heads
     draft_vocab: int = 0  # K > 0: the head covers the K target ids of buffer `d2t` (0: the full vocabulary)
+    anchor_feature: str = "off"  # 'anchor' | 'block': the fused row before the anchor added to those rows
 
     @property
     def head_dim(self) -> int:
@@ -65,6 +71,9 @@ class DrafterConfig:
         d = dict(d)
         d["taps"] = tuple(d["taps"])
         return cls(**d)
+
+
+ANCHOR_FEATURES = ("off", "anchor", "block")
 
 
 # The logit of a target id outside the draft vocabulary: exp underflows to 0, while p * log p stays finite (0) and
@@ -183,6 +192,10 @@ class DFlashDrafter(nn.Module):
             raise ValueError(f"draft_vocab must be an integer in 0..{cfg.vocab_size}, got {str(k)[:40]!r}")
         if cfg.draft_vocab:
             self.register_buffer("d2t", torch.arange(cfg.draft_vocab, dtype=torch.long))
+        if cfg.anchor_feature not in ANCHOR_FEATURES:
+            raise ValueError(f"anchor_feature must be one of {ANCHOR_FEATURES}, got {str(cfg.anchor_feature)[:40]!r}")
+        if cfg.anchor_feature != "off":
+            self.feat = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
         self._head_cache: tuple | None = None
 
     def set_draft_map(self, d2t: torch.Tensor) -> None:
@@ -230,11 +243,30 @@ class DFlashDrafter(nn.Module):
                                                                self.cfg.mask_token_id)], dim=1)
         return embed(ids)
 
-    def forward(self, x, taps, pos, ctx_pos, mask=None):
+    def with_feature(self, x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
+        """Block rows [N, M*(B+1), H] plus the projected fused row before each block's anchor, `prev`
+        [N, M, H] (zeros where the anchor has no context), on the rows `anchor_feature` names."""
+        if self.cfg.anchor_feature == "off" or prev is None:
+            return x
+        n, q, h = x.shape
+        add = self.feat(prev.to(x.dtype)).unsqueeze(2)  # [N, M, 1, H]
+        blocks = x.view(n, -1, self.cfg.block_size + 1, h)
+        if self.cfg.anchor_feature == "anchor":
+            blocks = torch.cat([blocks[:, :, :1] + add, blocks[:, :, 1:]], dim=2)
+        else:
+            blocks = blocks + add
+        return blocks.reshape(n, q, h)
+
+    def forward(self, x, taps, pos, ctx_pos, mask=None, prev_rows=None):
         """Training forward (inference drafts through `DraftState`): block inputs x [N, Q, H] at positions `pos`
         over the context taps [N, T, n_taps*H] at `ctx_pos`, under `mask` [N, 1, Q, T+Q]; returns the final-normed
-        rows [N, Q, H]. A module forward so DistributedDataParallel can wrap the drafter."""
+        rows [N, Q, H]. `prev_rows` [N, M]: each block's context row before its anchor (-1: none), for
+        `anchor_feature`. A module forward so DistributedDataParallel can wrap the drafter."""
         fused = self.fuse(taps)
+        if self.cfg.anchor_feature != "off" and prev_rows is not None:
+            idx = prev_rows.clamp(min=0).unsqueeze(-1).expand(-1, -1, fused.shape[-1])
+            prev = fused.gather(1, idx) * (prev_rows >= 0).unsqueeze(-1).to(fused.dtype)
+            x = self.with_feature(x, prev)
         h = x
         for layer in self.layers:
             ck, cv = layer.context_kv(fused, ctx_pos)
@@ -255,6 +287,7 @@ class DraftState:
         self.drafter = drafter
         self.length = 0
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.last: torch.Tensor | None = None  # the last fused context row [H] (`anchor_feature`)
 
     @torch.inference_mode()
     def extend(self, taps: torch.Tensor) -> None:
@@ -270,6 +303,7 @@ class DraftState:
             self.kv = new
         else:
             self.kv = [(torch.cat([k, nk], 2), torch.cat([v, nv], 2)) for (k, v), (nk, nv) in zip(self.kv, new)]
+        self.last = fused[0, -1]
         self.length += taps.shape[0]
 
     @torch.inference_mode()
@@ -278,6 +312,9 @@ class DraftState:
         d = self.drafter
         p = next(d.parameters())
         x = d.block_input(torch.tensor([anchor], device=p.device), embed).to(p.dtype)
+        if d.cfg.anchor_feature != "off":
+            prev = self.last if self.last is not None else x.new_zeros(d.cfg.hidden_size)
+            x = d.with_feature(x, prev.view(1, 1, -1))
         pos = torch.arange(self.length, self.length + d.cfg.block_size + 1, device=p.device)
         ctx = self.kv if self.kv is not None else [
             (x.new_zeros(1, d.cfg.num_kv_heads, 0, d.cfg.head_dim),) * 2 for _ in d.layers]
