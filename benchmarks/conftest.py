@@ -31,16 +31,25 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     """Hides transformers' known kernel fallback warnings unless -v (dflash_core.quiet). A --calibration-from run
     that is unreadable, names unknown methods or bad options, or disagrees with --bench-widths is a usage error
-    before anything is built, not an error in the first case's fixture."""
+    before anything is built, not an error in the first case's fixture; so is a bad --bench-prompts-file."""
     if config.getoption("verbose") <= 0:
         from dflash_core.quiet import hide_known_fallbacks
 
         hide_known_fallbacks()
+    from dflash_core.errors import DFlashError
+
+    prompts = config.getoption("--bench-prompts-file", None)
+    if prompts:
+        from dflash_core.store.prompt_file import read_prompt_file
+
+        try:
+            read_prompt_file(prompts)
+        except DFlashError as exc:
+            raise pytest.UsageError(str(exc)) from exc
     source = config.getoption("--calibration-from", None)
     if not source:
         return
     from dflash_core.bench.reuse import check_given_widths, load_reused
-    from dflash_core.errors import DFlashError
 
     try:
         check_given_widths(load_reused(source), given_widths(config))

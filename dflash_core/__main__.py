@@ -28,6 +28,7 @@ from .runtime.exactness import classify
 from .runtime.target import load_target
 from .safeio import read_json
 from .store.artifacts import MANIFEST, check_home, mini_target_dir, target_identity
+from .store.prompt_file import read_prompt_file
 
 # Which table options each command takes (dflash_core.options: flag, environment variable, default, checks).
 RUN_OPTIONS = options.for_command("run")
@@ -342,6 +343,8 @@ def cmd_bench(a) -> int:
         from .bench.reuse import load_reused  # lazy: pulls torch in (--help stays fast)
 
         load_reused(a.calibration_from)  # unknown methods or bad options: exit 2 before prepare
+    if a.prompts_file:
+        read_prompt_file(a.prompts_file)  # a bad file: exit 2 before prepare (held-out: checked in the session)
     _quiet(a)
     env = dict(os.environ)
     if not a.verbose:  # the child pytest's transformers bars (its conftest hides the fallback warnings)

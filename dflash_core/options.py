@@ -55,6 +55,14 @@ def _saved_run(text: str) -> str:
     return str(path.resolve())
 
 
+def _file_path(text: str) -> str:
+    """A path, made absolute (the file itself is read and checked by its reader, `store.prompt_file`, before
+    anything is built)."""
+    if not str(text).strip():
+        raise ValueError("must name a file")
+    return os.path.abspath(os.path.expanduser(str(text).strip()))
+
+
 def _minutes(text: str) -> float:
     """A number of minutes > 0."""
     value = float(text)
@@ -184,6 +192,11 @@ OPTIONS: tuple[Option, ...] = (
            pytest="--bench-rounds", bench=True),
     Option("prompt_limit", "DFLASH_PROMPT_LIMIT", 4, "held-out benchmark prompts", type=int, minimum=1,
            pytest="--bench-prompts", bench=True),
+    Option("prompts_file", "DFLASH_PROMPTS_FILE", None, "benchmark prompts of your own instead of the prompt "
+           "family's: a text file (one prompt per line) or .jsonl ({\"text\": ..., \"task\": ...} per line; the "
+           "report breaks tau and speedup down by task), checked as held out from the drafter's training text",
+           type=_file_path, cli="--prompts-file", pytest="--bench-prompts-file",
+           default_text="the family's shipped benchmark prompts (task-tagged)", commands=("bench",), bench=True),
     Option("calibration_tokens", "DFLASH_CALIBRATION_TOKENS", 24, "tokens per calibration prompt", type=int,
            minimum=1, pytest="--calibration-tokens", bench=True),
     Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 3, "calibration prompts", type=int,

@@ -119,7 +119,7 @@ def test_cases_record_widths_as_data_for_the_lab_section(session):
     assert session.cases == {"normal": [0], "dflash": [1, 2]}
     lab = json.loads(json.dumps(session.lab_section(), allow_nan=False))
     assert set(lab) == {"settings", "target", "provenance", "calibration", "tuned_widths", "traces", "token_text",
-                        "trace_prompt", "methods", "noise", "ranking_rounds", "cost_model"}
+                        "trace_prompt", "prompts", "methods", "noise", "ranking_rounds", "cost_model"}
     assert lab["trace_prompt"] == session.prompts[0]  # the prompt the traces continue (the explorer shows it)
     assert lab["cost_model"]["source"] == "loop" and lab["noise"] == {"threshold": 0.03, "figure": "robust"}
     assert lab["settings"]["widths"] == [0, 1, 2] and lab["settings"]["block_size"] == session.block_size

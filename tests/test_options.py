@@ -95,7 +95,7 @@ def test_bench_config_reads_every_knob_from_the_environment(monkeypatch, tmp_pat
               "DFLASH_BENCH_SEED": "4", "DFLASH_NOISE_THRESHOLD": "0.1", "DFLASH_RESOLUTION": "0.02",
               "DFLASH_RANK_ROUNDS": "6",
               "DFLASH_DRAFTER": "/some/drafter", "DFLASH_CALIBRATION_FROM": str(run.resolve()),
-              "DFLASH_BENCH_SIZE": "full", "DFLASH_BENCH_BUDGET": "12.5"}
+              "DFLASH_BENCH_SIZE": "full", "DFLASH_BENCH_BUDGET": "12.5", "DFLASH_PROMPTS_FILE": "/some/prompts.jsonl"}
     for var, value in values.items():
         monkeypatch.setenv(var, value)
     cfg = BenchConfig.from_env(tokens=11)
@@ -208,6 +208,6 @@ def test_name_lists_come_from_the_table():
     assert set(cli.RUN_OPTIONS) == {"target", "revision", "home", "threads", "device", "dtype", "kernels", "drafter",
                                     "mini_seed"}
     assert set(for_command("import")) == {"home"} and set(cli.BENCH_FORWARDED) == {
-        "target", "device", "dtype", "kernels", "drafter", "calibration_from"}
+        "target", "device", "dtype", "kernels", "drafter", "calibration_from", "prompts_file"}
     assert set(pytest_options("root")) == {"target", "device", "dtype", "kernels"}
     assert {o.name for o in OPTIONS if o.pytest} == set(pytest_options("root")) | set(pytest_options("bench"))

@@ -38,6 +38,7 @@ class CaseRounds:
     baseline_walls: list[float] = field(default_factory=list)  # plain dflash at this width, each round
     legs: list[str] = field(default_factory=list)  # each round's leg order: "n" normal, "b" dflash, "m" the method
     traces: list = field(default_factory=list)  # per round: the method leg's trace of every prompt (timed rounds)
+    normal_prompt_walls: list = field(default_factory=list)  # per normal leg: each prompt's seconds (`task_figures`)
 
     def speedups(self) -> list[float]:
         """Speedups over greedy: the rounds with a normal leg, which are a prefix of `walls` (`compare_round`)."""
@@ -50,9 +51,10 @@ class CaseRounds:
 
 def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[list], normal_walls: list[float],
               method_walls: list[float], kinds: list[str], baseline_walls: list[float] | None = None,
-              legs: list[str] | None = None, traces: list | None = None) -> dict:
+              legs: list[str] | None = None, traces: list | None = None, *,
+              normal_prompt_walls: list | None = None) -> dict:
     """Plain-number metrics for extra_info (no numpy scalars, no NaN): counts from the first timed round
-    (every round decodes the same ids), seconds from all rounds."""
+    (every round decodes the same ids), seconds from all rounds; `tasks` per task family (`task_figures`)."""
     first = DecodeStats.merge(stats_rounds[0])
     every = DecodeStats.merge([s for rnd in stats_rounds for s in rnd])
     # normal rounds are a prefix of the method's (the comparison-only rounds come after every base round):
@@ -64,7 +66,8 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
                 "baseline": BASELINE, "compared_rounds": len(vs)} if vs else {}
     order = {"leg_orders": [str(x) for x in legs]} if legs else {}
     loop = loop_block(stats_rounds, traces or [], greedy_case=method == "normal")
-    return {**compared, **order, "loop_costs": loop,
+    tasks = task_figures(getattr(sess, "prompt_tasks", None) or [], stats_rounds, normal_prompt_walls or [])
+    return {**compared, **order, "loop_costs": loop, **({"tasks": tasks} if tasks else {}),
         "method": method, "device": str(sess.rt.device.type), "dtype": str(sess.rt.dtype).replace("torch.", ""),
         "width": int(width), "prompts": len(sess.prompt_ids), "tokens_per_prompt": sess.cfg.tokens,
         "rounds": figs["rounds"], "new_tokens": int(first.new_tokens),
@@ -86,6 +89,25 @@ def summarize(sess: BenchSession, method: str, width: int, stats_rounds: list[li
         "options": {k: v for k, v in (sess.options_for(method, width) if method != "normal" else {}).items()
                     if isinstance(v, (int, float, str))},
     }
+
+
+def task_figures(tasks: list[str], stats_rounds: list[list], normal_prompt_walls: list[list[float]]) -> dict:
+    """Per task family of the benchmark prompts: its prompts, tau and acceptance (first round: every round decodes
+    the same ids) and its speedup over greedy per paired round (the family's greedy seconds over the method's,
+    both summed over its prompts; median over rounds). {} when the prompts carry no tasks."""
+    if not tasks or not stats_rounds or len(tasks) != len(stats_rounds[0]):
+        return {}
+    out = {}
+    for task in dict.fromkeys(tasks):
+        idx = [i for i, t in enumerate(tasks) if t == task]
+        first = DecodeStats.merge([stats_rounds[0][i] for i in idx])
+        ratios = [sum(nw[i] for i in idx) / m for nw, rnd in zip(normal_prompt_walls, stats_rounds)
+                  if len(nw) == len(tasks) and (m := sum(rnd[i].wall_seconds for i in idx)) > 0]
+        out[task] = {"prompts": len(idx), "tokens_per_target_call": float(first.tokens_per_target_call),
+                     "acceptance_rate": float(first.acceptance_rate),
+                     "speedup": float(median_iqr(ratios)[0]) if ratios else 0.0,
+                     "speedup_rounds": [float(r) for r in ratios]}
+    return out
 
 
 def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, benchmark=None) -> dict:
@@ -121,14 +143,15 @@ def measure_pair(sess: BenchSession, method: str, width: int, rounds: int, bench
         legs = ["nm" if method == "normal" else "nbm"] * len(pr.walls)
         traces = [r[3] for r in pr.results]
         info = summarize(sess, method, width, stats_rounds, pr.normal_walls, pr.walls, kinds, pr.baseline_walls, legs,
-                         traces)
+                         traces, normal_prompt_walls=pr.normal_prompt_walls)
     if act.get("activity") is not None:
         info["activity"] = act["activity"]
     sess.record_case(method, width, trace)
     sess.case_rounds[f"{method}-w{width}"] = CaseRounds(method, width, list(pr.normal_walls), list(pr.walls),
                                                         stats_rounds, kinds, dict(info),
                                                         _benchmark_sink(benchmark) if benchmark is not None else None,
-                                                        list(pr.baseline_walls), legs, traces)
+                                                        list(pr.baseline_walls), legs, traces,
+                                                        [list(w) for w in pr.normal_prompt_walls])
     return info
 
 

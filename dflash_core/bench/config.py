@@ -80,6 +80,7 @@ class BenchConfig:
     rank_rounds: int = _default("rank_rounds")  # fixed rounds per case at the ranking width (bench.schedule)
     drafter: str | None = _default("drafter")  # a transformers-format drafter instead of the trained one
     calibration_from: str | None = _default("calibration_from")  # reuse a saved run's widths and options (reuse)
+    prompts_file: str | None = _default("prompts_file")  # the user's benchmark prompts (store.prompt_file)
     bench_size: str = _default("bench_size")  # auto: real-target defaults for a large target (`sized_for`)
     bench_budget: float | str = _default("bench_budget")  # minutes the auto-sized benchmark should take, or 'auto'
     width_count: int = 2  # how many widths `--bench-widths auto` chooses (calibration.auto_widths)

@@ -52,6 +52,7 @@ class PairedRounds:
     walls: list[float]
     results: list  # what each timed round's runner returned beside its wall seconds
     baseline_walls: list[float] = field(default_factory=list)
+    normal_prompt_walls: list[list[float]] = field(default_factory=list)  # per normal leg: each prompt's seconds
 
     def figures(self, tokens: int) -> dict:
         """Speedup (per-round normal/candidate ratios) and tokens/s, each as median and IQR."""
@@ -86,7 +87,9 @@ def paired_rounds(sess: BenchSession, run, rounds: int, benchmark=None, warmup=N
     pr = PairedRounds([], [], [])
 
     def run_normal():
-        pr.normal_walls.append(decode_all(sess, "normal", 0)[2])
+        _, stats, wall = decode_all(sess, "normal", 0)
+        pr.normal_walls.append(wall)
+        pr.normal_prompt_walls.append([s.wall_seconds for s in stats])
         if baseline is not None:
             pr.baseline_walls.append(baseline())
 

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 def _refresh(sess: BenchSession, c: CaseRounds, seconds: float) -> None:
     """Recompute a case's figures after a round was added and pass the round to its pytest-benchmark record."""
     c.info.update(summarize(sess, c.method, c.width, c.stats_rounds, c.normal_walls, c.walls, c.kinds,
-                            c.baseline_walls, c.legs, c.traces))
+                            c.baseline_walls, c.legs, c.traces, normal_prompt_walls=c.normal_prompt_walls))
     if c.sink is not None:
         c.sink(seconds, c.info)
 
@@ -55,7 +55,9 @@ def _run_round(sess: BenchSession, c: CaseRounds, key: str, legs: str) -> float:
     with torch_threads(sess.cfg.threads):
         for leg in order:
             if leg == NORMAL_LEG:
-                c.normal_walls.append(decode_all(sess, "normal", 0)[2])
+                _, stats, wall = decode_all(sess, "normal", 0)
+                c.normal_walls.append(wall)
+                c.normal_prompt_walls.append([s.wall_seconds for s in stats])
             elif leg == BASELINE_LEG:
                 c.baseline_walls.append(decode_all(sess, BASELINE, c.width)[2])
             else:

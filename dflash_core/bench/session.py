@@ -15,12 +15,14 @@ from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
 from ..runtime.target import load_target
 from ..store.data import check_disjoint, load_prompts
+from ..store.prompt_file import read_prompt_file
 from .budget import LADDER, MatrixCosts, plan_matrix
 from .calibration import auto_widths, calibrate_all, calibration_context, dflash_table, ranking_width
 from .config import BUDGETED, BenchConfig, check_widths_fit
 from .peers import REFERENCES, VERIFY_CURVE_CALLS
 from .reuse import apply_reused, load_reused
 from .state import BenchSession
+from .userprompts import check_user_prompts
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +54,13 @@ def _open(cfg: BenchConfig) -> BenchSession:
     family = family_for(rt, PrepareConfig())
     ps = load_prompts(family)
     check_disjoint({"train": ps.train, "calibration": ps.calibration, "benchmark": ps.benchmark})
+    bench_prompts, bench_tasks, source = ps.benchmark, ps.benchmark_tasks, {"source": f"shipped:{family}"}
+    if cfg.prompts_file:  # the user's prompts replace the family's, once checked as held out
+        pf = read_prompt_file(cfg.prompts_file)
+        source = {"source": "file", **check_user_prompts(rt, prepared, ps, pf)}
+        bench_prompts, bench_tasks = pf.prompts, pf.tasks
     sess = BenchSession(cfg, rt, prepared, family, [], [], [], [])
+    sess.prompt_source = source
     reused = None
     if cfg.calibration_from:
         apply_reused(sess, reused := load_reused(cfg.calibration_from))
@@ -70,12 +78,13 @@ def _open(cfg: BenchConfig) -> BenchSession:
     if cfg.tune or any(m.id not in sess.width_options for m in calibrated()):
         calibrate_all(sess, cal_texts, ctx)
     if cfg.budgeted_size:  # the matrix's size from what calibration measured, in what is left of the budget
-        lens = [len(rt.encode(p)) for p in ps.benchmark[:max(p for p, _, _ in LADDER)]]
+        lens = [len(rt.encode(p)) for p in bench_prompts[:max(p for p, _, _ in LADDER)]]
         sess.size_plan = ({"chosen": reused.size, "reused_from": reused.source} if reused and reused.size else
                           size_matrix(sess, ctx, cfg.bench_budget * 60.0 - (time.perf_counter() - started), lens))
         sess.cfg = cfg = cfg.budgeted(sess.size_plan["chosen"])
     # the benchmark prompts and their greedy references, at the matrix's size (calibration never sees them)
-    sess.prompts = list(ps.benchmark[: cfg.prompt_limit])
+    sess.prompts = list(bench_prompts[: cfg.prompt_limit])
+    sess.prompt_tasks = list(bench_tasks[: cfg.prompt_limit])
     sess.prompt_ids = [rt.encode(p) for p in sess.prompts]
     for p in sess.prompt_ids:
         r, st = greedy(rt, p, cfg.tokens, record_margins=True)

@@ -39,6 +39,8 @@ class BenchSession:
     calibration_costs: Any = None  # costmodel.ComponentCosts timed in the loop on calibration prompts
     size_plan: dict | None = None  # the matrix size chosen to fit the budget (size_matrix)
     matrix_costs: Any = None  # bench.budget.MatrixCosts that size_matrix priced it on (the progress line's weights)
+    prompt_tasks: list[str] = field(default_factory=list)  # each benchmark prompt's task family (same order)
+    prompt_source: dict = field(default_factory=dict)  # shipped or a --prompts-file, and what its check covered
 
     def options_for(self, method: str, width: int) -> dict:
         """The options calibrated at `width`; at an uncalibrated width those of the nearest calibrated one
@@ -114,6 +116,7 @@ class BenchSession:
             "traces": self.traces,
             # the prompt the traces continue (the first benchmark prompt): the explorer shows it before the text
             "trace_prompt": self.prompts[0] if self.prompts else None,
+            "prompts": {**self.prompt_source, "tasks": list(self.prompt_tasks)},
             "noise": {"threshold": self.cfg.noise_threshold, "figure": "robust"},
             "ranking_rounds": self.ranking,
             "cost_model": self.cost_model_section(),

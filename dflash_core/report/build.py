@@ -21,6 +21,7 @@ from ..errors import ReportInputError
 from ..options import option
 from ..safeio import read_json
 from ..stats.summary import median_interval, quartiles
+from ..store.data import TASK_RE
 from .costs import apply_cost_model
 from .goals import goals
 from .headline import headline
@@ -45,6 +46,18 @@ def _is_activity(v) -> bool:
     """A case's activity block (dflash_core.bench.activity.summary): counts, the net change and a status."""
     return (isinstance(v, dict) and all(_is_int(v.get(k)) and v[k] >= 0 for k in ACTIVITY_COUNTS)
             and _is_int(v.get("net")) and v.get("status") in ACTIVITY_STATUS)
+
+
+MAX_TASKS = 64  # task families of one run's prompts (prompts.json has 7; a --prompts-file at most 256 prompts)
+TASK_FIELDS = {"prompts": "int", "tokens_per_target_call": "num", "acceptance_rate": "num", "speedup": "num",
+               "speedup_rounds": "nums"}
+
+
+def _is_tasks(v) -> bool:
+    """A case's per-task block (bench.cases.task_figures): task id -> its figures, each of its kind."""
+    return (isinstance(v, dict) and 0 < len(v) <= MAX_TASKS
+            and all(isinstance(t, str) and TASK_RE.fullmatch(t) and isinstance(f, dict) and set(f) == set(TASK_FIELDS)
+                    and all(_KINDS[kind][0](f[k]) for k, kind in TASK_FIELDS.items()) for t, f in v.items()))
 
 
 def _reject_nan(obj: Any, where: str) -> None:
@@ -108,6 +121,8 @@ _KINDS = {
              "a list of leg orders (each of n, b, m at most once, m included)"),
     "ranking": (lambda v: isinstance(v, dict) and _is_int(v.get("rounds")) and _is_int(v.get("top_up_rounds")),
                 "an object with rounds and top_up_rounds"),
+    "tasks": (lambda v: _is_tasks(v), f"an object of at most {MAX_TASKS} task ids ([a-z][a-z0-9_]) -> "
+              "{" + ", ".join(TASK_FIELDS) + "}"),
 }
 DECODE_FIELDS = {
     "method": "id", "width": "width", "speedup": "num", "speedup_iqr": "num", "speedup_rounds": "nums",
@@ -123,6 +138,7 @@ DECODE_OPTIONAL = {
     "vs_baseline_rounds": "nums", "vs_baseline": "num", "baseline": "id",  # schema 5: against dflash, same width
     "compared_rounds": "int",  # len(vs_baseline_rounds): base rounds plus the ranking's comparison-only rounds
     "leg_orders": "legs", "ranking": "ranking",  # schema 7: each round's leg order, the fixed ranking rounds
+    "tasks": "tasks",  # per task family of the benchmark prompts (bench.cases.task_figures)
 }
 # Not carried into a row: the case's id, and cost-model figures, which the report computes from `loop_costs`
 # (report/costs.py) and never takes from a saved run.
@@ -282,6 +298,12 @@ def _pool_rows(rows: list[dict]) -> dict:
         if all("rounds" in r for r in rows):
             out["rounds"] = sum(r["rounds"] for r in rows)
         out["tokens_per_second_runs"] = [r["tokens_per_second"] for r in rows]
+    if len(rows) > 1 and "tasks" in out:  # pooled per task as the case's rounds are; dropped unless every run has them
+        if all(isinstance(r.get("tasks"), dict) and set(r["tasks"]) == set(rows[0]["tasks"]) for r in rows):
+            out["tasks"] = {t: _pool_task(f, [x for r in rows for x in r["tasks"][t]["speedup_rounds"]])
+                            for t, f in rows[0]["tasks"].items()}
+        else:
+            out.pop("tasks")
     if len(rows) > 1 and all(r.get("leg_orders") for r in rows):
         out["leg_orders"] = [x for r in rows for x in r["leg_orders"]]
     q1, _, q3 = quartiles(sp) if sp else (out["speedup"],) * 3
@@ -291,6 +313,24 @@ def _pool_rows(rows: list[dict]) -> dict:
     out["speedup_ci"], out["speedup_ci_label"], out["speedup_ci_coverage"] = [iv["lo"], iv["hi"]], iv["label"], \
         iv["coverage"]
     return out
+
+
+def _prompts_section(v: Any) -> dict:
+    """The saved run's prompt provenance (bench.state `prompts`), kept only as plain strings, numbers and task ids."""
+    if not isinstance(v, dict):
+        return {}
+    out = {k: v[k] for k in ("source", "file") if isinstance(v.get(k), str)}
+    out |= {k: v[k] for k in ("prompts", "trajectories") if _is_int(v.get(k))}
+    tasks = v.get("tasks")
+    if isinstance(tasks, list) and len(tasks) <= 4096 and all(isinstance(t, str) and TASK_RE.fullmatch(t)
+                                                              for t in tasks):
+        out["tasks"] = list(tasks)
+    return out
+
+
+def _pool_task(first: dict, rounds: list[float]) -> dict:
+    """A task's figures over pooled runs: its speedup rounds concatenated, their median; counts from the first."""
+    return {**first, "speedup_rounds": rounds, "speedup": quartiles(rounds)[1] if rounds else first["speedup"]}
 
 
 def _setting(lab: dict, key: str, name: str) -> float:
@@ -330,7 +370,7 @@ def _best(m: dict, tuned: dict, mid: str) -> dict:
         w = max(rows, key=lambda k: (rows[k]["speedup"], -int(k)))
         selection = "post-hoc" if len(rows) > 1 else "only width"
     r = rows[w]
-    extra = {k: r[k] for k in ("activity", "acceptance_rate_drafted", "rounds") if k in r}
+    extra = {k: r[k] for k in ("activity", "acceptance_rate_drafted", "rounds", "tasks") if k in r}
     return {**extra, "width": int(w), "selection": selection, "speedup": r["speedup"], "speedup_iqr": r["speedup_iqr"],
             "speedup_q1": r["speedup_q1"], "speedup_q3": r["speedup_q3"], "speedup_ci": r["speedup_ci"],
             "speedup_ci_label": r["speedup_ci_label"],
@@ -445,6 +485,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "provenance": section("provenance"), "calibration": section("calibration"), "traces": section("traces"),
         "token_text": section("token_text"),
         "trace_prompt": lab.get("trace_prompt") if isinstance(lab.get("trace_prompt"), str) else None,
+        "prompts": _prompts_section(lab.get("prompts")),
         "methods": dict(sorted(methods.items(), key=lambda kv: (kv[1]["index"], kv[0]))),
         "references": references, "verify_cost": costs["verify_cost"],
         "upper_bound_speedup": costs["upper_bound_speedup"],

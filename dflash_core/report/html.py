@@ -465,6 +465,30 @@ def _width_table(doc: dict) -> str:
     return f"<table id=width-table><tr><th>method</th>{head}</tr>{''.join(rows)}</table>"
 
 
+def task_table(doc: dict) -> str:
+    """Speedup and tau per task family of the benchmark prompts, each method at its shown width (Spec-Bench's
+    breakdown). No interval: a family has one or two prompts, so a cell is a breakdown of the ranking's rounds,
+    not a ranking of its own."""
+    cells = {mid: m["best"].get("tasks") or {} for mid, m in doc["methods"].items() if mid != "normal"}
+    tasks = list(dict.fromkeys(t for v in cells.values() for t in v))
+    if not tasks:
+        return "<p class=muted>no per-task figures: the saved run predates them or its prompts carry no tasks</p>"
+    any_row = next(v for v in cells.values() if v)
+    head = "".join(f"<th>{_e(t)} <span class=muted>({_e(any_row.get(t, {}).get('prompts', '?'))})</span></th>"
+                   for t in tasks)
+    rows = []
+    for mid, per in sorted(cells.items(), key=lambda kv: ranking_order(doc, (kv[0], doc["methods"][kv[0]]))):
+        tds = "".join(f"<td>{_f(per[t]['speedup'], 2)}× / τ {_f(per[t]['tokens_per_target_call'], 2)}</td>"
+                      if t in per else "<td>–</td>" for t in tasks)
+        rows.append(f"<tr><td>{_e(mid)} (w={_e(doc['methods'][mid]['best']['width'])})</td>{tds}</tr>")
+    src = (doc.get("prompts") or {}).get("source")
+    where = f"Prompts: {_e(src)}{' ' + _e(doc['prompts']['file']) if doc['prompts'].get('file') else ''}. " if src else ""
+    return (f"<table id=task-table><tr><th>method</th>{head}</tr>{''.join(rows)}</table><p class=muted>{where}Each cell: "
+            "the median over paired rounds of the family's greedy seconds over the method's (its prompts summed), "
+            "and tokens per target call (τ); the number of prompts per family in brackets. A family has few prompts, "
+            "so read the cells as where a method's speedup comes from, not as a ranking.</p>")
+
+
 def _position_table(doc: dict) -> str:
     rows = []
     for mid, m in doc["methods"].items():
@@ -656,6 +680,7 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
 <h2>Ranking (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
+<h2>By task family (width shown per method)</h2>{task_table(doc)}
 {_figures(doc)}
 <h2>Reference rows (same run)</h2>{_refs_table(doc)}
 <h2>Performance goals</h2>{_goals_table(doc)}

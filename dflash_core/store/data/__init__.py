@@ -2,12 +2,17 @@
 
 Disjoint in the sense of the held-out guard (`dflash_core.store.heldout`): no two splits share a normalised
 8-unit n-gram (a prompt shorter than 8 units counts as one n-gram), not merely unequal strings.
+
+A benchmark prompt is a string or `{"task": ..., "text": ...}`: its task family (chat, summarisation, qa, math,
+translation, code, completion: Spec-Bench's kinds for an English target), by which the report breaks tau and
+speedup down; a plain string's task is the prompt family's name.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -18,6 +23,7 @@ from ..heldout import NO_TEXT_REASON, HeldOut, check_clean, decoder_of, held_out
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "calibration", "benchmark")
+TASK_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")  # a task family's id: the report uses it as a key and a label
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,7 @@ class PromptSet:
     train: tuple[str, ...]
     calibration: tuple[str, ...]
     benchmark: tuple[str, ...]
+    benchmark_tasks: tuple[str, ...] = ()  # the task family of each benchmark prompt (same order)
 
 
 def check_disjoint(sets: dict[str, tuple[str, ...]]) -> None:
@@ -68,9 +75,15 @@ def load_prompts(family: str) -> PromptSet:
 
 
 def _prompt_set(family: str, f: dict) -> PromptSet:
-    sets = {s: tuple(f[s]) for s in SPLITS}
+    tagged = [e if isinstance(e, dict) else {"task": family, "text": e} for e in f["benchmark"]]
+    for e in tagged:  # shipped data, but one typo must fail here, not as a report key
+        if not isinstance(e.get("text"), str) or not TASK_RE.fullmatch(str(e.get("task"))):
+            raise ValueError(f"prompts.json: family {family!r} has a benchmark entry that is not a string or "
+                             f"{{'task': [a-z0-9_], 'text': str}}: {str(e)[:80]!r}")
+    sets = {s: tuple(f[s]) for s in SPLITS if s != "benchmark"} | {"benchmark": tuple(e["text"] for e in tagged)}
     check_disjoint(sets)
-    return PromptSet(family, sets["train"], sets["calibration"], sets["benchmark"])
+    return PromptSet(family, sets["train"], sets["calibration"], sets["benchmark"],
+                     tuple(e["task"] for e in tagged))
 
 
 def refuse_benchmark(prompts, family: str, purpose: str) -> None:
