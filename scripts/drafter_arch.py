@@ -3,7 +3,7 @@
 Why: on SmolLM2-135M the default drafter (one layer, random init) is right 31 % of the time at the first drafted
 position with training accuracy equal to held-out (underfit). This script generates the teacher data once (a
 subset of prepare's train seeds, plus teacher-forced text), then trains each variant with the same split, steps
-and seed: `base` (prepare's default), `anchor`/`block` (the anchor feature, `DrafterConfig.anchor_feature`),
+and seed: `base` (prepare's default), `anchor`/`mask`/`block` (the anchor feature, `DrafterConfig.anchor_feature`),
 `deepN` (N layers), `initN` (N target-shaped layers copied from the target's last attention layers,
 `prepare/drafter_init.py`). Scored by the held-out per-position accuracy (float32) and by
 plain dflash's tokens per target call on the benchmark prompts. Nothing is written into the home.
@@ -34,11 +34,11 @@ def variant_config(name: str, dcfg, model):
 
     if name == "base":
         return dcfg, None
-    if name in ("anchor", "block"):  # the fused row before the anchor added to the anchor row / every block row
+    if name in ("anchor", "mask", "block"):  # the fused row before the anchor added to the anchor row / every block row
         return replace(dcfg, anchor_feature=name), None
     m = re.fullmatch(r"(deep|init)(\d)", name)
     if not m:
-        raise SystemExit(f"error: unknown variant {name!r} (base, anchor, block, deepN, initN)")
+        raise SystemExit(f"error: unknown variant {name!r} (base, anchor, mask, block, deepN, initN)")
     cfg = replace(dcfg, num_layers=int(m.group(2)))
     if m.group(1) == "deep":
         return cfg, None
@@ -58,7 +58,7 @@ def main(argv=None) -> dict:
         forced_teacher,
         train_seed_ids,
     )
-    from dflash_core.prepare.teacher import teacher_data
+    from dflash_core.prepare.teacher import TeacherData, teacher_data
     from dflash_core.prepare.train import train_drafter
     from dflash_core.progress import ensure_console_logging
     from dflash_core.runtime.drafter import DrafterConfig, default_taps, parameter_count
@@ -74,6 +74,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--widths", default="4,16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="drafter-arch.json")
+    ap.add_argument("--teacher-cache", default=None, help="a file to keep the teacher set in (built once, reused)")
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--anchors", type=int, default=None, help="anchors per sequence per step")
+    ap.add_argument("--batch", type=int, default=None, help="sequences per step")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ensure_console_logging()
@@ -85,12 +89,19 @@ def main(argv=None) -> dict:
     seeds = train_seed_ids(rt, base, family)[: a.seeds]
     taps = default_taps(rt.num_layers, min(base.n_taps, rt.num_layers))
     t0 = time.perf_counter()
-    teacher = teacher_data(rt, seeds, base.traj_tokens, taps, 0)
-    _, seeds_kept, held = drop_leaking_trajectories(rt, teacher.sequences, seeds)
-    drop = set(held.get("dropped_indexes", []))
-    teacher = teacher.select([i for i in range(len(teacher)) if i not in drop])
-    forced, forced_rec = forced_teacher(rt, base, family, seeds_kept, taps, False)
-    data = teacher if forced is None else teacher.extend(forced)
+    cache = Path(a.teacher_cache) if a.teacher_cache else None
+    if cache is not None and cache.is_file():  # the script's own scratch file: tensors and ints only
+        blob = torch.load(cache, weights_only=True)
+        data, forced_rec = TeacherData(**blob["data"]), blob["forced"]
+    else:
+        teacher = teacher_data(rt, seeds, base.traj_tokens, taps, 0)
+        _, seeds_kept, held = drop_leaking_trajectories(rt, teacher.sequences, seeds)
+        drop = set(held.get("dropped_indexes", []))
+        teacher = teacher.select([i for i in range(len(teacher)) if i not in drop])
+        forced, forced_rec = forced_teacher(rt, base, family, seeds_kept, taps, False)
+        data = teacher if forced is None else teacher.extend(forced)
+        if cache is not None:
+            torch.save({"data": dict(vars(data)), "forced": forced_rec}, cache)
     t_teacher = time.perf_counter() - t0
     dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=taps, block_size=base.block_size,
                          num_layers=base.drafter_layers, num_heads=base.drafter_heads,
@@ -99,7 +110,9 @@ def main(argv=None) -> dict:
     ps = load_prompts(family)
     prompts = [rt.encode(p) for p in ps.benchmark[:4]]
     widths = [int(w) for w in a.widths.split(",")]
-    tcfg = replace(base.train, steps=a.steps, patience=100)
+    tcfg = replace(base.train, steps=a.steps, patience=100,
+                   **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch))
+                      if v is not None})
     rows = []
     for name in a.variants.split(","):
         cfg, how = variant_config(name, dcfg, rt.model)

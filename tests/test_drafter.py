@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -112,11 +114,11 @@ def test_block_loss_decreases_position_weighting(parts):
     assert acc.shape == (B,)
 
 
-@pytest.mark.parametrize("where", ["anchor", "block"])
+@pytest.mark.parametrize("where", ["anchor", "mask", "block"])
 def test_anchor_feature_training_forward_matches_inference(where):
-    """With `anchor_feature`, the training forward (block_inputs + the row before each anchor) gives each block
-    what DraftState.draft gives it, anchor 0 (no context) included; and the feature is used: zeroing `feat`
-    changes the drafts."""
+    """With `anchor_feature`, the drafter starts as upstream's (the feature's weight at zero); trained, the training
+    forward (block_inputs + the row before each anchor) gives each block what DraftState.draft gives it, anchor 0
+    (no context) included, and the feature is used: zeroing `feat` changes the drafts."""
     from dflash_core.prepare.train import block_inputs
 
     torch.manual_seed(0)
@@ -127,6 +129,14 @@ def test_anchor_feature_training_forward_matches_inference(where):
     head = torch.nn.Linear(H, V, bias=False).double()
     feats = torch.randn(20, 2 * H, dtype=torch.float64)
     toks = torch.randint(0, V, (20,))
+    base = init_drafter(replace(cfg, anchor_feature="off"), seed=1).double().eval()
+    sa, sb = DraftState(d), DraftState(base)
+    sa.extend(feats[:9])
+    sb.extend(feats[:9])  # at init the feature is silent: the drafter is upstream's, weight for weight
+    torch.testing.assert_close(sa.draft(int(toks[9]), embed, head)[0], sb.draft(int(toks[9]), embed, head)[0],
+                               rtol=0, atol=0)
+    with torch.no_grad():
+        torch.nn.init.normal_(d.feat.weight, std=0.3)  # a trained feature
     anchors = [0, 4, 11]
     anc = torch.tensor([anchors])
     x, pos, ctx_pos, mask = block_inputs(d, embed, toks.view(1, -1), anc)

@@ -20,7 +20,7 @@
   other ids get `OOV_LOGIT`), so every method sees [B, V] logits in target ids; the target still verifies over
   its full vocabulary, so exactness does not depend on the map.
 * Anchor feature (EAGLE's input, `anchor_feature`): 'anchor' adds a learned projection (`feat`, H -> H) of the
-  fused context row just before the anchor to the anchor row, 'block' to every row of the block. Why: with one
+  fused context row just before the anchor to the anchor row, 'mask' to the MASK rows, 'block' to every row. Why: with one
   layer a MASK row's query is the same for every block (the MASK embedding at a relative position), so it can only
   mix the anchor's embedding and the context linearly before the MLP; the feature puts the target's latest
   state into the rows themselves. 'off' is upstream's drafter (and the only one the transformers format holds).
@@ -51,7 +51,7 @@ class DrafterConfig:
     kv_heads: int | None = None  # None: num_heads (plain multi-head attention)
     attn_head_dim: int | None = None  # None: hidden_size // num_heads
     draft_vocab: int = 0  # K > 0: the head covers the K target ids of buffer `d2t` (0: the full vocabulary)
-    anchor_feature: str = "off"  # 'anchor' | 'block': the fused row before the anchor added to those rows
+    anchor_feature: str = "off"  # 'anchor' | 'mask' | 'block': the fused row before the anchor added to those rows
 
     @property
     def head_dim(self) -> int:
@@ -73,7 +73,7 @@ class DrafterConfig:
         return cls(**d)
 
 
-ANCHOR_FEATURES = ("off", "anchor", "block")
+ANCHOR_FEATURES = ("off", "anchor", "mask", "block")
 
 
 # The logit of a target id outside the draft vocabulary: exp underflows to 0, while p * log p stays finite (0) and
@@ -194,8 +194,9 @@ class DFlashDrafter(nn.Module):
             self.register_buffer("d2t", torch.arange(cfg.draft_vocab, dtype=torch.long))
         if cfg.anchor_feature not in ANCHOR_FEATURES:
             raise ValueError(f"anchor_feature must be one of {ANCHOR_FEATURES}, got {str(cfg.anchor_feature)[:40]!r}")
-        if cfg.anchor_feature != "off":
-            self.feat = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
+        if cfg.anchor_feature != "off":  # drawn outside the global RNG, so every other weight inits as without it
+            with torch.random.fork_rng(devices=[]):
+                self.feat = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=False)
         self._head_cache: tuple | None = None
 
     def set_draft_map(self, d2t: torch.Tensor) -> None:
@@ -253,6 +254,8 @@ class DFlashDrafter(nn.Module):
         blocks = x.view(n, -1, self.cfg.block_size + 1, h)
         if self.cfg.anchor_feature == "anchor":
             blocks = torch.cat([blocks[:, :, :1] + add, blocks[:, :, 1:]], dim=2)
+        elif self.cfg.anchor_feature == "mask":
+            blocks = torch.cat([blocks[:, :, :1], blocks[:, :, 1:] + add], dim=2)
         else:
             blocks = blocks + add
         return blocks.reshape(n, q, h)
@@ -334,4 +337,6 @@ def init_drafter(cfg: DrafterConfig, seed: int) -> DFlashDrafter:
     for _name, p in d.named_parameters():
         if p.dim() == 2:
             nn.init.normal_(p, std=1.0 / math.sqrt(p.shape[1]))
+    if cfg.anchor_feature != "off":  # silent at init: the drafter starts as upstream's and the feature grows in (at
+        nn.init.zeros_(d.feat.weight)  # the generic scale its normed input swamped the target's small embeddings)
     return d
