@@ -20,10 +20,11 @@
   other ids get `OOV_LOGIT`), so every method sees [B, V] logits in target ids; the target still verifies over
   its full vocabulary, so exactness does not depend on the map.
 * Anchor feature (EAGLE's input, `anchor_feature`): 'anchor' adds a learned projection (`feat`, H -> H) of the
-  fused context row just before the anchor to the anchor row, 'mask' to the MASK rows, 'block' to every row. Why: with one
-  layer a MASK row's query is the same for every block (the MASK embedding at a relative position), so it can only
-  mix the anchor's embedding and the context linearly before the MLP; the feature puts the target's latest
-  state into the rows themselves. 'off' is upstream's drafter (and the only one the transformers format holds).
+  fused context row just before the anchor to the anchor row, 'mask' to the MASK rows, 'block' to every row.
+  Why: with one layer a MASK row's query is the same for every block (the MASK embedding at a relative
+  position), so it can only mix the anchor's embedding and the context linearly before the MLP; the feature
+  puts the target's latest state into the rows themselves. 'off' is upstream's drafter (and the only one the
+  transformers format holds).
 """
 
 from __future__ import annotations
