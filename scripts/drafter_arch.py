@@ -45,6 +45,17 @@ def variant_config(name: str, dcfg, model):
     return target_shaped(cfg, model), "target"
 
 
+def tau_by_task(rt, drafter, ps, tokens: int, width: int) -> dict:
+    """Plain dflash's tokens per target call per task family of the benchmark prompts (all of them), at `width`."""
+    from recipe_variants import tau_per_width
+
+    out = {}
+    for task in dict.fromkeys(ps.benchmark_tasks):
+        prompts = [rt.encode(p) for p, t in zip(ps.benchmark, ps.benchmark_tasks) if t == task]
+        out[task] = tau_per_width(rt, drafter, prompts, tokens, [width])[width]
+    return out
+
+
 def main(argv=None) -> dict:
     import torch
     from recipe_variants import tau_per_width
@@ -74,6 +85,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--widths", default="4,16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="drafter-arch.json")
+    ap.add_argument("--tasks", action="store_true", help="also tau per task family over every benchmark prompt")
     ap.add_argument("--teacher-cache", default=None, help="a file to keep the teacher set in (built once, reused)")
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--anchors", type=int, default=None, help="anchors per sequence per step")
@@ -124,13 +136,14 @@ def main(argv=None) -> dict:
         drafter, m = train_drafter(rt, data.sequences, cfg, tcfg, teacher=data, init=init)
         seconds = time.perf_counter() - t1
         tau = tau_per_width(rt, drafter, prompts, 48, widths)
+        by_task = tau_by_task(rt, drafter, ps, 48, max(widths)) if a.tasks else None
         row = {"variant": name, "config": drafter.cfg.to_dict() | {"taps": list(drafter.cfg.taps)},
                "parameters": parameter_count(drafter), "init": m.get("init"), "train_seconds": seconds,
                "steps_run": m["steps_run"], "best_step": m["best_step"], "tokens_seen": m["tokens_seen"],
                "heldout_position_accuracy": m["heldout_position_accuracy"],
                "train_position_accuracy": m["train_position_accuracy"], "heldout_curve": m["heldout_curve"],
-               "draft_vocabulary": m["draft_vocabulary"], "tau": tau}
-        print(json.dumps({k: row[k] for k in ("variant", "parameters", "train_seconds", "tau")}
+               "draft_vocabulary": m["draft_vocabulary"], "tau": tau, "tau_by_task": by_task}
+        print(json.dumps({k: row[k] for k in ("variant", "parameters", "train_seconds", "tau", "tau_by_task")}
                          | {"acc": [round(x, 3) for x in row["heldout_position_accuracy"][:6]]}), file=sys.stderr,
               flush=True)
         rows.append(row)
