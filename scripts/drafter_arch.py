@@ -28,6 +28,41 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
+# Task templates for --templated: the corpus's sentence starts wrapped as chat, QA, summary, translation, math and
+# code prompts, so the teacher's trajectories are the target's own task-style outputs (the benchmark prompts are
+# tagged by such tasks). Worded unlike the benchmark prompts; the held-out guard drops any trajectory that leaks.
+TEMPLATES = [
+    "Human: {s}... what do you think about that?\nBot:",
+    "Human: Can you help me understand this: \"{s}\"\nBot: Sure.",
+    "Q: What is meant by \"{s}\"?\nA:",
+    "Read this and answer.\nPassage: {s}.\nQ: Who is speaking here, and to whom?\nA:",
+    "Text: {s}.\nA shorter version of the text:",
+    "Please give the Spanish for this sentence: {s}\nSpanish:",
+    "Please give the Italian for this sentence: {s}\nItalian:",
+    "Exercise: a country spends {a} million dollars in each of {b} years. How much does it spend in total?\n"
+    "Worked answer:",
+    "Exercise: there are {a} members in one house and {b} in the other. How many members are there?\nWorked answer:",
+    "# {s}\n# a small Python helper for the idea above\ndef ",
+    "// {s}\n// the same idea as a JavaScript function\nfunction ",
+]
+
+
+def templated_seeds(rt, seeds: list[list[int]], share: float, keep_first: int = 24, seed: int = 11) -> list[list[int]]:
+    """Seeds after the family's own `keep_first`, each wrapped in a random TEMPLATES entry with probability
+    `share` (seeded)."""
+    import random
+
+    r = random.Random(seed)
+    out = []
+    for i, s in enumerate(seeds):
+        if i < keep_first or r.random() < 1 - share:
+            out.append(s)
+            continue
+        text = rt.decode(list(s)).strip().rstrip(".,;:")
+        out.append(rt.encode(r.choice(TEMPLATES).format(s=text, a=r.randrange(2, 90), b=r.randrange(2, 30))))
+    return out
+
+
 def variant_config(name: str, dcfg, model):
     """(drafter config, init callable or None) of a variant name: base, deepN, initN."""
     from dflash_core.prepare.drafter_init import target_shaped
@@ -85,6 +120,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--widths", default="4,16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="drafter-arch.json")
+    ap.add_argument("--templated", type=float, default=0.0, help="share of the corpus seeds wrapped in a task "
+                    "template (TEMPLATES); 0: none")
     ap.add_argument("--tasks", action="store_true", help="also tau per task family over every benchmark prompt")
     ap.add_argument("--teacher-cache", default=None, help="a file to keep the teacher set in (built once, reused)")
     ap.add_argument("--lr", type=float, default=None)
@@ -99,6 +136,8 @@ def main(argv=None) -> dict:
     family = family_for(rt, base)
     torch.manual_seed(base.seed)
     seeds = train_seed_ids(rt, base, family)[: a.seeds]
+    if a.templated:
+        seeds = templated_seeds(rt, seeds, a.templated)
     taps = default_taps(rt.num_layers, min(base.n_taps, rt.num_layers))
     t0 = time.perf_counter()
     cache = Path(a.teacher_cache) if a.teacher_cache else None
