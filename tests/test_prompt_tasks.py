@@ -231,3 +231,30 @@ def test_the_report_validates_pools_and_shows_task_figures():
     bad["benchmarks"][1]["extra_info"]["tasks"] = {"Q A": tasks(1.0)["qa"]}
     with pytest.raises(ReportInputError, match="tasks"):
         validate_saved(bad, "run")
+
+
+def test_runs_of_different_prompts_are_neither_pooled_nor_gated():
+    """The benchmarked prompts' fingerprint (bench.state.prompts_sha256): two runs of other prompts are refused by
+    pooling and by the gate, naming why; a run saved before the fingerprint says nothing and still pools."""
+    from dflash_core.bench.state import prompts_sha256
+    from dflash_core.errors import ReportInputError
+    from dflash_core.report.build import build_report
+    from dflash_core.report.gate import judge
+
+    from .report_data import bench_row, saved_run
+
+    def run(prompts):
+        r = saved_run([bench_row("normal", 0), bench_row("dflash", 2)])
+        if prompts is not None:
+            r["dflash"]["prompts"] = {"source": "shipped:code", "tasks": ["code"] * len(prompts),
+                                      "sha256": prompts_sha256(prompts)}
+        return r
+
+    a, b = run(["def f(x):"]), run(["class G:"])
+    assert prompts_sha256(["def f(x):"]) != prompts_sha256(["class G:"])
+    with pytest.raises(ReportInputError, match="benchmarked different prompts"):
+        build_report([a, b], ["a", "b"])
+    assert build_report([a, run(["def f(x):"])], ["a", "c"])["prompts"]["sha256"] == prompts_sha256(["def f(x):"])
+    build_report([a, run(None)], ["a", "old"])  # no fingerprint: nothing to compare
+    with pytest.raises(ReportInputError, match="benchmarked different prompts"):
+        judge(build_report([a], ["a"]), build_report([b], ["b"]))

@@ -3,6 +3,8 @@ calibration chose; `lab_section` is the plain data the saved run keeps of it. `s
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +12,11 @@ from ..methods import METHODS
 from ..store.artifacts import target_identity, versions
 from .config import BenchConfig
 from .costmodel import OBJECTIVE, RATIO_BAND
+
+
+def prompts_sha256(prompts: list[str]) -> str:
+    """The benchmarked prompts' fingerprint: pooling and the gate refuse two runs whose prompts differ."""
+    return hashlib.sha256(json.dumps(list(prompts), ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 @dataclass
@@ -116,7 +123,7 @@ class BenchSession:
             "traces": self.traces,
             # the prompt the traces continue (the first benchmark prompt): the explorer shows it before the text
             "trace_prompt": self.prompts[0] if self.prompts else None,
-            "prompts": {**self.prompt_source, "tasks": list(self.prompt_tasks)},
+            "prompts": {**self.prompt_source, "tasks": list(self.prompt_tasks), "sha256": prompts_sha256(self.prompts)},
             "noise": {"threshold": self.cfg.noise_threshold, "figure": "robust"},
             "ranking_rounds": self.ranking,
             "cost_model": self.cost_model_section(),

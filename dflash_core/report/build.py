@@ -25,7 +25,7 @@ from ..store.data import TASK_RE
 from .costs import apply_cost_model
 from .goals import goals
 from .headline import headline
-from .match import require_same_setup, saved_setup
+from .match import different_prompts, require_same_setup, saved_setup
 from .ranking import build_ranking
 
 SCHEMA = "dflash-mini-lab/benchmark"
@@ -267,6 +267,10 @@ def check_poolable(docs: list[dict], sources: list[str]) -> None:
                                    f"{h[:16]}: target/artifact SHA-256s or dtype differ); a report pools runs of one "
                                    "model only: build one report per model")
         w = {k: (doc["dflash"].get("settings") or {}).get(k) for k in WORKLOAD}
+        if different_prompts(_prompts_section(docs[0]["dflash"].get("prompts")),
+                             _prompts_section(doc["dflash"].get("prompts"))):
+            raise ReportInputError(f"{sources[0]} and {src} benchmarked different prompts (their prompts' SHA-256 "
+                                   "differ: another prompt set or --prompts-file); pool only runs of the same prompts")
         if w != w0:
             raise ReportInputError(f"{sources[0]} and {src} ran different workloads ({w0} vs {w}); pool only runs "
                                    "with the same --bench-tokens, --bench-prompts and --smoke")
@@ -315,12 +319,17 @@ def _pool_rows(rows: list[dict]) -> dict:
     return out
 
 
+SHA_RE = re.compile(r"[0-9a-f]{64}")
+
+
 def _prompts_section(v: Any) -> dict:
     """The saved run's prompt provenance (bench.state `prompts`), kept only as plain strings, numbers and task ids."""
     if not isinstance(v, dict):
         return {}
     out = {k: v[k] for k in ("source", "file") if isinstance(v.get(k), str)}
     out |= {k: v[k] for k in ("prompts", "trajectories") if _is_int(v.get(k))}
+    if isinstance(v.get("sha256"), str) and SHA_RE.fullmatch(v["sha256"]):
+        out["sha256"] = v["sha256"]
     tasks = v.get("tasks")
     if isinstance(tasks, list) and len(tasks) <= 4096 and all(isinstance(t, str) and TASK_RE.fullmatch(t)
                                                               for t in tasks):

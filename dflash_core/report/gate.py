@@ -37,7 +37,7 @@ from ..errors import ReportInputError
 from ..safeio import finite
 from ..stats.change import compare_runs
 from ..stats.selection import adjusted_noise
-from .match import report_setup, require_same_setup
+from .match import different_prompts, report_setup, require_same_setup
 from .ranking import baseline_first
 
 OK, REGRESSION, NOT_JUDGED, INCONCLUSIVE = "ok", "regression", "not judged", "inconclusive"
@@ -253,6 +253,9 @@ def judge(base: dict, new: dict, cfg: GateConfig | None = None,
     check_document(base, names[0], need_cases=True)
     check_document(new, names[1], need_cases=False)
     require_same_setup(report_setup(base), report_setup(new), names, "the gate cannot pair their cases")
+    if different_prompts(base.get("prompts") or {}, new.get("prompts") or {}):
+        raise ReportInputError(f"{names[0]} and {names[1]} benchmarked different prompts (their prompts' SHA-256 "
+                               "differ): the gate compares one workload; re-run one of them on the other's prompts")
     sides = (support(base, names[0]), support(new, names[1]))
     cmp, statistic = speed_changes(base, new, cfg)
     changes = {k: {**v, "statistic": statistic[k]} for k, v in cmp["cases"].items()}

@@ -76,6 +76,12 @@ def differences(a: Setup, b: Setup, limit: int = 6) -> list[str]:
     return out
 
 
+def different_prompts(a: dict, b: dict) -> bool:
+    """Whether two runs' prompt records (`prompts`: the saved run's or benchmark.json's) say they benchmarked
+    different prompts; a run saved before the fingerprint says nothing, so only two fingerprints that differ count."""
+    return bool(a.get("sha256") and b.get("sha256") and a["sha256"] != b["sha256"])
+
+
 def require_same_setup(a: Setup, b: Setup, names: tuple[str, str], consequence: str) -> None:
     """Refuse two runs that chose different settings, naming what differs and the fix.
 
