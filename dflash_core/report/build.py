@@ -260,6 +260,7 @@ def check_poolable(docs: list[dict], sources: list[str]) -> None:
                                "pooled with other runs; build its report alone")
     h0 = identity_hash(first)
     w0 = {k: (docs[0]["dflash"].get("settings") or {}).get(k) for k in WORKLOAD}
+    p0 = _prompts_section(docs[0]["dflash"].get("prompts"))
     for doc, src in zip(docs[1:], sources[1:]):
         h = identity_hash(model_identity(doc))
         if h != h0:
@@ -267,8 +268,7 @@ def check_poolable(docs: list[dict], sources: list[str]) -> None:
                                    f"{h[:16]}: target/artifact SHA-256s or dtype differ); a report pools runs of one "
                                    "model only: build one report per model")
         w = {k: (doc["dflash"].get("settings") or {}).get(k) for k in WORKLOAD}
-        if different_prompts(_prompts_section(docs[0]["dflash"].get("prompts")),
-                             _prompts_section(doc["dflash"].get("prompts"))):
+        if different_prompts(p0, _prompts_section(doc["dflash"].get("prompts"))):
             raise ReportInputError(f"{sources[0]} and {src} benchmarked different prompts (their prompts' SHA-256 "
                                    "differ: another prompt set or --prompts-file); pool only runs of the same prompts")
         if w != w0:
