@@ -159,3 +159,20 @@ def test_anchor_feature_training_forward_matches_inference(where):
 def test_anchor_feature_is_checked():
     with pytest.raises(ValueError, match="anchor_feature"):
         init_drafter(DrafterConfig(hidden_size=H, vocab_size=V, taps=(0,), anchor_feature="rows"), seed=0)
+
+
+@pytest.mark.parametrize("where,rows", [("anchor", [0]), ("mask", list(range(1, B + 1))),
+                                        ("block", list(range(B + 1)))])
+def test_anchor_feature_lands_on_the_rows_it_names(where, rows):
+    """'anchor' changes the anchor row only, 'mask' the B MASK rows only, 'block' every row; each block gets its
+    own feature."""
+    cfg = DrafterConfig(hidden_size=H, vocab_size=V, taps=(0,), block_size=B, anchor_feature=where)
+    d = init_drafter(cfg, seed=0).double()
+    with torch.no_grad():
+        torch.nn.init.normal_(d.feat.weight)
+        x = torch.randn(2, 3 * (B + 1), H, dtype=torch.float64)
+        prev = torch.randn(2, 3, H, dtype=torch.float64)
+        out = d.with_feature(x, prev).view(2, 3, B + 1, H)
+    diff = (out - x.view(2, 3, B + 1, H)).abs().amax(dim=-1)  # [N, M, B+1]
+    assert (diff[:, :, rows] > 0).all() and (diff.sum(dim=(0, 1)) > 0).nonzero().flatten().tolist() == rows
+    torch.testing.assert_close(out[1, 2, rows[0]] - x.view(2, 3, B + 1, H)[1, 2, rows[0]], d.feat(prev[1, 2]))
