@@ -251,15 +251,11 @@ class DFlashDrafter(nn.Module):
         if self.cfg.anchor_feature == "off" or prev is None:
             return x
         n, q, h = x.shape
+        rows = torch.zeros(self.cfg.block_size + 1, dtype=torch.bool, device=x.device)  # the rows that get it
+        rows[{"anchor": slice(0, 1), "mask": slice(1, None), "block": slice(None)}[self.cfg.anchor_feature]] = True
         add = self.feat(prev.to(x.dtype)).unsqueeze(2)  # [N, M, 1, H]
         blocks = x.view(n, -1, self.cfg.block_size + 1, h)
-        if self.cfg.anchor_feature == "anchor":
-            blocks = torch.cat([blocks[:, :, :1] + add, blocks[:, :, 1:]], dim=2)
-        elif self.cfg.anchor_feature == "mask":
-            blocks = torch.cat([blocks[:, :, :1], blocks[:, :, 1:] + add], dim=2)
-        else:
-            blocks = blocks + add
-        return blocks.reshape(n, q, h)
+        return torch.where(rows.view(1, 1, -1, 1), blocks + add, blocks).reshape(n, q, h)
 
     def forward(self, x, taps, pos, ctx_pos, mask=None, prev_rows=None):
         """Training forward (inference drafts through `DraftState`): block inputs x [N, Q, H] at positions `pos`
