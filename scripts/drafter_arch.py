@@ -123,7 +123,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--templated", type=float, default=0.0, help="share of the corpus seeds wrapped in a task "
                     "template (TEMPLATES); 0: none")
     ap.add_argument("--tasks", action="store_true", help="also tau per task family over every benchmark prompt")
-    ap.add_argument("--teacher-cache", default=None, help="a file to keep the teacher set in (built once, reused)")
+    ap.add_argument("--teacher-cache", default=None, help="a file to keep the generated teacher set in (built once, "
+                    "reused; the teacher-forced text is not in it)")
+    ap.add_argument("--forced-data", default=None, help="training text for the teacher-forced passes only (as "
+                    "--train-data reads it; the seeds stay prepare's)")
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--anchors", type=int, default=None, help="anchors per sequence per step")
     ap.add_argument("--batch", type=int, default=None, help="sequences per step")
@@ -143,16 +146,17 @@ def main(argv=None) -> dict:
     cache = Path(a.teacher_cache) if a.teacher_cache else None
     if cache is not None and cache.is_file():  # the script's own scratch file: tensors and ints only
         blob = torch.load(cache, weights_only=True)
-        data, forced_rec = TeacherData(**blob["data"]), blob["forced"]
+        teacher, seeds_kept = TeacherData(**blob["teacher"]), blob["seeds_kept"]
     else:
         teacher = teacher_data(rt, seeds, base.traj_tokens, taps, 0)
         _, seeds_kept, held = drop_leaking_trajectories(rt, teacher.sequences, seeds)
         drop = set(held.get("dropped_indexes", []))
         teacher = teacher.select([i for i in range(len(teacher)) if i not in drop])
-        forced, forced_rec = forced_teacher(rt, base, family, seeds_kept, taps, False)
-        data = teacher if forced is None else teacher.extend(forced)
         if cache is not None:
-            torch.save({"data": dict(vars(data)), "forced": forced_rec}, cache)
+            torch.save({"teacher": dict(vars(teacher)), "seeds_kept": [list(s) for s in seeds_kept]}, cache)
+    fcfg = replace(base, train_data=a.forced_data) if a.forced_data else base
+    forced, forced_rec = forced_teacher(rt, fcfg, family, seeds_kept, taps, False)
+    data = teacher if forced is None else teacher.extend(forced)
     t_teacher = time.perf_counter() - t0
     dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=taps, block_size=base.block_size,
                          num_layers=base.drafter_layers, num_heads=base.drafter_heads,
