@@ -78,6 +78,13 @@ def _budget(text: str) -> str | float:
     return _minutes(text)
 
 
+def _train_budget(text: str) -> str | float:
+    """'off' (the step count alone decides) or a number of minutes > 0."""
+    if str(text).strip() == "off":
+        return "off"
+    return _minutes(text)
+
+
 def _flag(text: str) -> bool:
     return str(text).strip().lower() in ("1", "true", "yes")
 
@@ -178,8 +185,10 @@ OPTIONS: tuple[Option, ...] = (
            "datasets hub id from its local cache", cli="--train-data",
            default_text="the prompt family's shipped corpus", commands=("prepare",)),
     Option("train_budget", "DFLASH_TRAIN_BUDGET", None, "minutes of drafter training before prepare stops it (the "
-           "best held-out state is kept; the step count still caps it)", type=_minutes, cli="--train-budget",
-           default_text="none: the step count decides", commands=("prepare",)),
+           "best held-out state is kept; the step count still caps it), or 'off': the step count alone decides",
+           type=_train_budget, cli="--train-budget",
+           default_text="15 at a vocabulary >= 16,384 (a real target), none for the mini target",
+           commands=("prepare",)),
     Option("home", "DFLASH_HOME", "~/.cache/dflash-mini-lab", "artifact cache: the mini target, the drafter and the "
            "method fits", cli="--home", commands=RUNS + ("bench", "export", "import", "export-drafter")),
     # 256: far above any CPU the lab runs on; torch creates the threads it is asked for (1,000,000 hung the run).

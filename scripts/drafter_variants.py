@@ -87,7 +87,7 @@ def run(args: argparse.Namespace, base: PrepareConfig | None = None) -> dict:
     load_before = machine()
     drafters, metrics = {}, {}
     for v, cfg in zip(variants, cfgs):
-        log.info("training %s (%d layers, block %d, %d steps)", v.name, v.layers, v.block_size, cfg.train.steps)
+        log.info("training %s (%d layers, block %d, %s steps)", v.name, v.layers, v.block_size, cfg.train.steps)
         drafters[v.name], metrics[v.name] = V.train_variant(rt, trajs, cfg, progress=args.progress)
     seq = max((trajs[i] for i in held), key=len)
     taps = default_taps(rt.num_layers, min(base.n_taps, rt.num_layers))

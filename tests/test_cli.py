@@ -131,6 +131,12 @@ def test_prepare_passes_train_data_and_budget(clean_env, recorders, monkeypatch,
     assert call["train_data"] == str(data) and call["train_budget"] == 12.5
 
 
+def test_prepare_train_budget_off_reaches_prepare(clean_env, recorders):
+    assert cli.main(["prepare", "--train-budget", "off"]) == 0
+    (call,) = recorders["prepare"]
+    assert call["train_budget"] == "off"
+
+
 @pytest.mark.parametrize("argv,message", [(["--train-data", "/no/such/file.txt"], "no such file"),
                                           (["--train-budget", "0"], "must be a number of minutes > 0")])
 def test_prepare_refuses_bad_train_data_before_anything_is_built(clean_env, recorders, capsys, argv, message):

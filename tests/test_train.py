@@ -12,9 +12,16 @@ from hypothesis import strategies as st
 
 from dflash_core.errors import BadInputError
 from dflash_core.prepare.train import (
+    LARGE_VOCAB,
+    MINI_PATIENCE,
+    MINI_STEPS,
+    REAL_VOCAB_BUDGET,
+    REAL_VOCAB_PATIENCE,
+    REAL_VOCAB_STEPS,
     TrainConfig,
     eval_accuracy,
     length_buckets,
+    resolve_schedule,
     split_trajectories,
     train_drafter,
     trajectories,
@@ -126,6 +133,34 @@ def test_a_training_budget_stops_training_and_keeps_the_best_state():
     assert m["steps_run"] < tcfg.steps and "budget" in m["stopped"]
     assert m["heldout_curve"] and m["heldout_curve"][-1]["step"] == m["steps_run"]  # evaluated when it stopped
     assert m["best_step"] <= m["steps_run"] and m["heldout_position_accuracy"] is not None
+
+
+def test_the_auto_schedule_is_the_minis_below_a_real_vocabulary_and_longer_and_budgeted_at_one():
+    mini = resolve_schedule(TrainConfig(), LARGE_VOCAB - 1)
+    assert (mini.steps, mini.patience, mini.budget_minutes) == (MINI_STEPS, MINI_PATIENCE, None) == (600, 4, None)
+    real = resolve_schedule(TrainConfig(), LARGE_VOCAB)
+    assert (real.steps, real.patience, real.budget_minutes) == (REAL_VOCAB_STEPS, REAL_VOCAB_PATIENCE,
+                                                                 REAL_VOCAB_BUDGET)
+    assert real.steps > mini.steps and real.patience > mini.patience
+    given = resolve_schedule(TrainConfig(steps=7, patience=2, budget_minutes=None), LARGE_VOCAB)
+    assert (given.steps, given.patience, given.budget_minutes) == (7, 2, None)  # explicit values win
+
+
+@pytest.mark.parametrize("field,value", [("steps", 0), ("steps", "many"), ("steps", True), ("steps", 2.5),
+                                         ("patience", -1), ("budget_minutes", 0), ("budget_minutes", float("nan")),
+                                         ("budget_minutes", float("inf")), ("budget_minutes", "soon")])
+def test_the_schedule_refuses_bad_values(field, value):
+    with pytest.raises(BadInputError, match=field):
+        resolve_schedule(TrainConfig(**{field: value}), 100)
+
+
+def test_training_records_the_resolved_schedule():
+    # auto patience and budget at the tiny target's vocabulary of 64: the mini's values, not the strings
+    rt, seqs, drafter, m = _tiny_training(TrainConfig(steps=3, batch_sequences=4, anchors_per_sequence=4, warmup=1,
+                                                      val_fraction=0.25, matmul_dtype="float32"))
+    rec = m["train_config"]
+    assert (rec["steps"], rec["patience"], rec["budget_minutes"]) == (3, MINI_PATIENCE, None)
+    assert m["steps_run"] == 3
 
 
 def test_continuation_anchors_start_at_the_last_prompt_token():

@@ -52,16 +52,16 @@ from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noq
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
 from .teacher import TeacherData, forced_data, teacher_data
-from .train import LARGE_VOCAB, TrainConfig, train_drafter
+from .train import LARGE_VOCAB, TrainConfig, resolve_schedule, train_drafter
 from .traindata import TrainText, _digest, cut_seeds, forced_chunks, forced_lines, load_train_text
 
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
-RECIPE = ("2026-12-02c: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
-          "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
-          "and teacher-forced text (issue 39)")
-DEFAULTS_SHA256 = "1ef1fe49e353cb18ce87717da25ac603e0daa105c71c677bd35de5ce56c64026"
+RECIPE = ("2026-12-03: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
+          "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary, "
+          "teacher-forced text and 3000 steps under a 15-minute budget with patience 20 (issue 39)")
+DEFAULTS_SHA256 = "9dfd1ebb0636d7c64618a8500b794c6f1a4179e640efd12982ca43df10fa2577"
 
 
 @dataclass(frozen=True)
@@ -231,7 +231,8 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
 
 def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,
             cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
-            drafter: str | None = None, train_data: str | None = None, train_budget: float | None = None) -> Path:
+            drafter: str | None = None, train_data: str | None = None,
+            train_budget: float | str | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
     With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
@@ -242,8 +243,9 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     The caller's own torch thread count is restored afterwards.
     `drafter`: a transformers-format DFlash drafter (directory or hub id) used instead of training one; its
     artifacts (every fitter runs on it) go to their own directory, keyed by the drafter's content hash.
-    `train_data` (--train-data) and `train_budget` (--train-budget, minutes) override cfg.train_data and
-    cfg.train.budget_minutes; artifacts built from other training text (by content hash) are rebuilt.
+    `train_data` (--train-data) and `train_budget` (--train-budget, minutes, or 'off': the steps alone decide)
+    override cfg.train_data and cfg.train.budget_minutes; artifacts built from other training text (by content
+    hash) are rebuilt.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     Under torchrun (WORLD_SIZE > 1) every rank runs this: teacher generation is sharded, training is DDP,
     and rank 0 alone holds the lock and writes (`distributed`).
@@ -257,9 +259,14 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
     if train_budget is not None:
-        if isinstance(train_budget, bool) or not isinstance(train_budget, (int, float)) or not train_budget > 0:
-            raise BadInputError(f"--train-budget must be a number of minutes > 0, got {train_budget!r}")
-        cfg = replace(cfg, train=replace(cfg.train, budget_minutes=float(train_budget)))
+        if train_budget == "off":
+            budget = None
+        elif (isinstance(train_budget, bool) or not isinstance(train_budget, (int, float))
+              or not 0 < train_budget < float("inf")):
+            raise BadInputError(f"--train-budget must be a number of minutes > 0 or 'off', got {train_budget!r}")
+        else:
+            budget = float(train_budget)
+        cfg = replace(cfg, train=replace(cfg.train, budget_minutes=budget))
     ensure_console_logging()
     dist.init_from_env("cpu")
     with torch_threads(dist.threads_per_rank(cfg.threads)), home_lock(home, wait_message="another prepare is running"):
@@ -415,7 +422,9 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                              block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
                              intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
                              mask_token_id=mask_token_for(rt.config))
-        _log(f"training the drafter ({cfg.train.steps} steps, block {cfg.block_size}, taps {list(dcfg.taps)})")
+        sched = resolve_schedule(cfg.train, rt.vocab_size)
+        budget = f", budget {sched.budget_minutes:g} min" if sched.budget_minutes else ""
+        _log(f"training the drafter ({sched.steps} steps{budget}, block {cfg.block_size}, taps {list(dcfg.taps)})")
         drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress,
                                          teacher=teacher if forced is None else teacher.extend(forced), work=work)
     if not lead:  # rank 0 fits the methods and writes; the others wait for the artifacts to be complete
