@@ -176,3 +176,25 @@ def test_recorded_config_is_accepted_only_without_an_explicit_config_and_only_fo
     assert config_mismatch(doc, other, accept_recorded=True) is None
     old = {**doc, "recipe": "an older recipe"}
     assert "another prepare recipe" in config_mismatch(old, TINY_PREP, accept_recorded=True)
+
+
+def test_the_fits_run_without_the_teacher_taps_in_memory(tiny_dir, tmp_path, monkeypatch):
+    """The teacher's taps are the largest data prepare holds (~2.4 GB at 350M); the fits read only the
+    trajectories, so the taps must be gone before the fits build their own examples (not both at the peak)."""
+    import gc
+
+    import dflash_core.prepare.pipeline as pipeline
+    from dflash_core.methods.base import Fitter
+    from dflash_core.prepare.teacher import TeacherData
+
+    alive: list[int] = []
+
+    def probe(ctx):
+        gc.collect()
+        alive.append(sum(1 for o in gc.get_objects() if isinstance(o, TeacherData) and o.taps))
+        return {"files": {}, "meta": {}}
+
+    monkeypatch.setattr(pipeline, "fitters", lambda: (Fitter("probe", (), probe),))
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    prepare(str(tiny_dir), home=tmp_path, cfg=TINY_PREP, rt=rt, progress=False)
+    assert alive == [0]
