@@ -179,7 +179,7 @@ def test_recorded_config_is_accepted_only_without_an_explicit_config_and_only_fo
 
 
 def test_the_fits_run_without_the_teacher_taps_in_memory(tiny_dir, tmp_path, monkeypatch):
-    """The teacher's taps are the largest data prepare holds (~2.4 GB at 350M); the fits read only the
+    """The teacher's taps are the largest data prepare holds (~2.6 GB at 350M); the fits read only the
     trajectories, so the taps must be gone before the fits build their own examples (not both at the peak)."""
     import gc
 

@@ -428,7 +428,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress,
                                          teacher=teacher if forced is None else teacher.extend(forced), work=work)
     # The fits read the trajectories' tokens only: drop the taps (and top-k) before they build their examples,
-    # so the two never share the peak (the taps are ~2.4 GB at 350M: 187,818 rows x 3 taps x 1,024 float32).
+    # so the two never share the peak (at 350M: 187,818 rows x 3 taps x 1,024 float32 = 2.3 GB, 2.6 with forced text).
     teacher = forced = None
     if not lead:  # rank 0 fits the methods and writes; the others wait for the artifacts to be complete
         dist.barrier()
