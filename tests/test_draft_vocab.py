@@ -90,6 +90,43 @@ def test_the_draft_vocabulary_is_the_most_frequent_ids_by_coverage():
     assert resolve_draft_vocab("auto", 2048) == "off" and resolve_draft_vocab("auto", 49152) == "auto"
 
 
+def test_the_auto_draft_vocabulary_stops_at_its_cap_and_a_given_k_is_kept():
+    counts = torch.ones(4096, dtype=torch.long)  # flat outputs: 99 % coverage needs nearly every id
+    counts[:10] = 50
+    full = draft_vocabulary(counts, "auto", 0.99)
+    assert full.numel() == 4096
+    capped = draft_vocabulary(counts, "auto", 0.99, floor=256, cap=1024)
+    assert capped.numel() == 1024 and set(range(10)) <= set(capped.tolist())  # the most frequent stay in
+    assert capped.tolist() == sorted(capped.tolist())
+    assert coverage_of(counts, capped) < 0.99  # the cap bound: coverage is what it costs, and the record says so
+    assert draft_vocabulary(counts, 2048, 0.99, floor=256, cap=1024).numel() == 2048  # an explicit K is not capped
+
+
+@pytest.mark.parametrize("coverage, floor, cap, match", [
+    (0.0, 0, 0, "draft_coverage"), (1.5, 0, 0, "draft_coverage"), ("0.9", 0, 0, "draft_coverage"),
+    (True, 0, 0, "draft_coverage"), (0.9, -1, 0, "draft_vocab_min"), (0.9, 1.5, 0, "draft_vocab_min"),
+    (0.9, 0, -8, "draft_vocab_max"), (0.9, 0, True, "draft_vocab_max"), (0.9, 4096, 1024, "above draft_vocab_max"),
+])
+def test_bad_draft_vocabulary_knobs_are_refused(coverage, floor, cap, match):
+    from dflash_core.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=match):
+        draft_vocabulary(torch.ones(64, dtype=torch.long), "auto", coverage, floor, cap)
+
+
+def test_prepare_refuses_bad_draft_vocabulary_knobs_before_any_work(tmp_path):
+    from dataclasses import replace
+
+    from dflash_core.errors import BadInputError
+    from dflash_core.prepare.pipeline import PrepareConfig, prepare
+    from dflash_core.prepare.train import TrainConfig
+
+    cfg = PrepareConfig(train=replace(TrainConfig(), draft_vocab_min=32768, draft_vocab_max=16384))
+    with pytest.raises(BadInputError, match="above draft_vocab_max"):
+        prepare("mini", home=tmp_path / "home", cfg=cfg, progress=False)
+    assert not (tmp_path / "home").exists()  # refused before the home was touched
+
+
 def test_labels_outside_the_draft_vocabulary_count_as_misses_and_train_nothing():
     torch.manual_seed(0)
     d = _drafter()

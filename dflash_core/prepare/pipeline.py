@@ -52,16 +52,16 @@ from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noq
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
 from .teacher import TeacherData, forced_data, teacher_data
-from .train import LARGE_VOCAB, TrainConfig, resolve_schedule, train_drafter
+from .train import LARGE_VOCAB, TrainConfig, check_draft_bounds, resolve_schedule, train_drafter
 from .traindata import TrainText, _digest, cut_seeds, forced_chunks, forced_lines, load_train_text
 
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
-RECIPE = ("2026-12-03: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
-          "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary, "
-          "teacher-forced text and 3000 steps under a 15-minute budget with patience 20 (issue 39)")
-DEFAULTS_SHA256 = "9dfd1ebb0636d7c64618a8500b794c6f1a4179e640efd12982ca43df10fa2577"
+RECIPE = ("2026-12-03b: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
+          "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
+          "(8192 to 16384 ids), teacher-forced text and 3000 steps under a 15-minute budget with patience 20 (issue 39)")
+DEFAULTS_SHA256 = "e384317c8563d209d6772d8fe39aba0166d1bcb302bc562066b215ce028e4880"
 
 
 @dataclass(frozen=True)
@@ -256,6 +256,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
             raise BadInputError(f"--threads must be an integer in 1..{MAX_THREADS}, got {threads!r}")
         cfg = replace(cfg, threads=threads)
+    t = cfg.train  # refused here, not after a teacher pass of minutes
+    check_draft_bounds(t.draft_coverage, t.draft_vocab_min, t.draft_vocab_max)
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
     if train_budget is not None:

@@ -93,6 +93,9 @@ class TrainConfig:
     draft_coverage: float = 0.99  # share of the training labels the auto draft vocabulary covers
     draft_vocab_min: int = 8192  # the auto K's floor: on 7,776 SmolLM2 labels 99 % train coverage gave K 1,280 and
     # covered only 76 % of the held-out labels (a map fitted to a small sample caps the acceptance)
+    draft_vocab_max: int = 16384  # the auto K's ceiling: the head is a draft call's and a training step's biggest
+    # matmul, and a target with flat outputs (the random-init 350M) needed K 54,528 of 65,536 for 99 %, which made a
+    # 350M draft call's head 31 ms against 5.0 ms at 16,384 (docs/real-targets.md); ids outside it are misses
     row_sampling: str = "auto"  # importance-sample the block rows that reach the head (`sample_rows`): on, off, or
     # auto = on at a real vocabulary (>= LARGE_VOCAB), where the head dominates a step
 
@@ -164,16 +167,31 @@ def label_counts(data: TeacherData, idx: Sequence[int], vocab: int) -> torch.Ten
     return counts
 
 
-def draft_vocabulary(counts: torch.Tensor, size: str | int, coverage: float, floor: int = 0) -> torch.Tensor:
+def check_draft_bounds(coverage, floor, cap) -> None:
+    """The auto draft vocabulary's knobs, refused with one BadInputError before any counting."""
+    if isinstance(coverage, bool) or not isinstance(coverage, (int, float)) or not 0 < coverage <= 1:
+        raise BadInputError(f"draft_coverage must be a number in (0, 1], got {coverage!r}")
+    for name, v in (("draft_vocab_min", floor), ("draft_vocab_max", cap)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise BadInputError(f"{name} must be an integer >= 0, got {v!r}")
+    if cap and floor > cap:
+        raise BadInputError(f"draft_vocab_min {floor} is above draft_vocab_max {cap}: lower the floor or raise the cap")
+
+
+def draft_vocabulary(counts: torch.Tensor, size: str | int, coverage: float, floor: int = 0,
+                     cap: int = 0) -> torch.Tensor:
     """The draft-to-target map: the K most frequent ids (ties by id, so it is deterministic), K given or the
-    fewest covering `coverage` of the counts, rounded up to DRAFT_VOCAB_ROUND; sorted by target id."""
+    fewest covering `coverage` of the counts, rounded up to DRAFT_VOCAB_ROUND, at least `floor` and at most `cap`
+    (0: no cap); sorted by target id. A given K is used as is."""
+    check_draft_bounds(coverage, floor, cap)
     vocab = counts.numel()
     order = sorted(range(vocab), key=lambda t: (-int(counts[t]), t))
     if size == "auto":
         total = int(counts.sum())
         cum = torch.cumsum(counts[order], 0)
         need = int(torch.searchsorted(cum, torch.tensor(math.ceil(coverage * total)))) + 1 if total else 1
-        size = min(vocab, max(int(floor), -(-need // DRAFT_VOCAB_ROUND) * DRAFT_VOCAB_ROUND))
+        size = max(int(floor), -(-need // DRAFT_VOCAB_ROUND) * DRAFT_VOCAB_ROUND)
+        size = min(vocab, size, cap or vocab)
     return torch.tensor(sorted(order[:int(size)]), dtype=torch.long)
 
 
@@ -469,12 +487,14 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     d2t, vocab_record = None, {"draft_vocab": "off"}
     if dv != "off":  # chosen on the train split only; its coverage of the held-out labels is the honest figure
         counts = label_counts(data, train_ids, dcfg.vocab_size)
-        d2t = draft_vocabulary(counts, dv, tcfg.draft_coverage, tcfg.draft_vocab_min)
+        d2t = draft_vocabulary(counts, dv, tcfg.draft_coverage, tcfg.draft_vocab_min, tcfg.draft_vocab_max)
         dcfg = replace(dcfg, draft_vocab=int(d2t.numel()))
         vocab_record = {"draft_vocab": int(d2t.numel()), "vocab": dcfg.vocab_size, "rule": str(dv),
                         "train_coverage": coverage_of(counts, d2t),
                         "heldout_coverage": coverage_of(label_counts(data, val_ids, dcfg.vocab_size), d2t),
-                        "train_labels": int(counts.sum())}
+                        "train_labels": int(counts.sum()), "floor": tcfg.draft_vocab_min, "cap": tcfg.draft_vocab_max,
+                        "capped": dv == "auto" and bool(tcfg.draft_vocab_max) and d2t.numel() == tcfg.draft_vocab_max
+                        and coverage_of(counts, d2t) < tcfg.draft_coverage}
         log.info("draft vocabulary: %d of %d ids, covering %.4f of the train labels and %s of the held-out ones",
                  d2t.numel(), dcfg.vocab_size, vocab_record["train_coverage"], vocab_record["heldout_coverage"])
     drafter = init_drafter(dcfg, tcfg.seed).to(embed.weight.dtype)  # train in the target's dtype
