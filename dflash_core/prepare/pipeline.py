@@ -60,7 +60,8 @@ TRAJ_FILE = "trajectories.json"
 # (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
 RECIPE = ("2026-12-03b: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
           "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
-          "(8192 to 16384 ids), teacher-forced text and 3000 steps under a 15-minute budget with patience 20 (issue 39)")
+          "(8192 to 16384 ids), teacher-forced text and 3000 steps under a 15-minute budget with patience 20 "
+          "(issue 39)")
 DEFAULTS_SHA256 = "e384317c8563d209d6772d8fe39aba0166d1bcb302bc562066b215ce028e4880"
 
 
