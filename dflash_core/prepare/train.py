@@ -492,9 +492,9 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         vocab_record = {"draft_vocab": int(d2t.numel()), "vocab": dcfg.vocab_size, "rule": str(dv),
                         "train_coverage": coverage_of(counts, d2t),
                         "heldout_coverage": coverage_of(label_counts(data, val_ids, dcfg.vocab_size), d2t),
-                        "train_labels": int(counts.sum()), "floor": tcfg.draft_vocab_min, "cap": tcfg.draft_vocab_max,
-                        "capped": dv == "auto" and bool(tcfg.draft_vocab_max) and d2t.numel() == tcfg.draft_vocab_max
-                        and coverage_of(counts, d2t) < tcfg.draft_coverage}
+                        "train_labels": int(counts.sum()), "floor": tcfg.draft_vocab_min, "cap": tcfg.draft_vocab_max}
+        vocab_record["capped"] = (dv == "auto" and bool(tcfg.draft_vocab_max) and d2t.numel() == tcfg.draft_vocab_max
+                                  and vocab_record["train_coverage"] < tcfg.draft_coverage)
         log.info("draft vocabulary: %d of %d ids, covering %.4f of the train labels and %s of the held-out ones",
                  d2t.numel(), dcfg.vocab_size, vocab_record["train_coverage"], vocab_record["heldout_coverage"])
     drafter = init_drafter(dcfg, tcfg.seed).to(embed.weight.dtype)  # train in the target's dtype
