@@ -69,6 +69,9 @@ def variant_config(name: str, dcfg, model):
 
     if name == "base":
         return dcfg, None
+    if name.endswith("+emb"):  # the anchor's embedding on the MASK rows (DrafterConfig.anchor_embed), on any variant
+        cfg, how = variant_config(name[:-4], dcfg, model)
+        return replace(cfg, anchor_embed=True), how
     if name in ("anchor", "mask", "block"):  # the fused row before the anchor added to the anchor row / every block row
         return replace(dcfg, anchor_feature=name), None
     m = re.fullmatch(r"(deep|init)(\d)", name)
@@ -127,7 +130,10 @@ def main(argv=None) -> dict:
                     "reused; the teacher-forced text is not in it)")
     ap.add_argument("--forced-data", default=None, help="training text for the teacher-forced passes only (as "
                     "--train-data reads it; the seeds stay prepare's)")
+    ap.add_argument("--taps", default=None, help="target layers tapped, e.g. 1,14,29 (default: prepare's rule)")
     ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--gamma", type=float, default=None, help="the loss's position decay (TrainConfig.gamma)")
+    ap.add_argument("--anchor-rule", default=None, choices=("all", "continuation"), help="TrainConfig.anchors")
     ap.add_argument("--anchors", type=int, default=None, help="anchors per sequence per step")
     ap.add_argument("--batch", type=int, default=None, help="sequences per step")
     a = ap.parse_args(argv)
@@ -142,6 +148,12 @@ def main(argv=None) -> dict:
     if a.templated:
         seeds = templated_seeds(rt, seeds, a.templated)
     taps = default_taps(rt.num_layers, min(base.n_taps, rt.num_layers))
+    if a.taps:  # the teacher set keeps prepare's taps; train_drafter computes the others' in one forward
+        taps_train = tuple(int(t) for t in a.taps.split(","))
+        if not all(0 <= t < rt.num_layers for t in taps_train):
+            raise SystemExit(f"error: --taps must name layers 0..{rt.num_layers - 1}, got {a.taps!r}")
+    else:
+        taps_train = taps
     t0 = time.perf_counter()
     cache = Path(a.teacher_cache) if a.teacher_cache else None
     if cache is not None and cache.is_file():  # the script's own scratch file: tensors and ints only
@@ -158,15 +170,16 @@ def main(argv=None) -> dict:
     forced, forced_rec = forced_teacher(rt, fcfg, family, seeds_kept, taps, False)
     data = teacher if forced is None else teacher.extend(forced)
     t_teacher = time.perf_counter() - t0
-    dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=taps, block_size=base.block_size,
-                         num_layers=base.drafter_layers, num_heads=base.drafter_heads,
+    dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=taps_train,
+                         block_size=base.block_size, num_layers=base.drafter_layers, num_heads=base.drafter_heads,
                          intermediate_size=base.drafter_intermediate or 2 * rt.hidden_size,
                          mask_token_id=mask_token_for(rt.config))
     ps = load_prompts(family)
     prompts = [rt.encode(p) for p in ps.benchmark[:4]]
     widths = [int(w) for w in a.widths.split(",")]
     tcfg = replace(base.train, steps=a.steps, patience=100,
-                   **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch))
+                   **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch),
+                                                        ("gamma", a.gamma), ("anchors", a.anchor_rule))
                       if v is not None})
     rows = []
     for name in a.variants.split(","):

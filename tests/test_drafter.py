@@ -176,3 +176,51 @@ def test_anchor_feature_lands_on_the_rows_it_names(where, rows):
     diff = (out - x.view(2, 3, B + 1, H)).abs().amax(dim=-1)  # [N, M, B+1]
     assert (diff[:, :, rows] > 0).all() and (diff.sum(dim=(0, 1)) > 0).nonzero().flatten().tolist() == rows
     torch.testing.assert_close(out[1, 2, rows[0]] - x.view(2, 3, B + 1, H)[1, 2, rows[0]], d.feat(prev[1, 2]))
+
+
+def test_anchor_embed_training_forward_matches_inference_and_reaches_the_mask_rows():
+    """`anchor_embed`: every MASK row is the MASK embedding plus the anchor's, the anchor row unchanged; the training
+    forward gives each block what DraftState.draft gives it; and the drafts depend on it (the same weights without
+    it draft otherwise)."""
+    from dflash_core.prepare.train import block_inputs
+
+    torch.manual_seed(0)
+    cfg = DrafterConfig(hidden_size=H, vocab_size=V, taps=(0, 2), block_size=B, num_layers=1, num_heads=4,
+                        intermediate_size=64, mask_token_id=3, anchor_embed=True)
+    d = init_drafter(cfg, seed=1).double().eval()
+    embed = torch.nn.Embedding(V, H).double()
+    head = torch.nn.Linear(H, V, bias=False).double()
+    feats = torch.randn(20, 2 * H, dtype=torch.float64)
+    toks = torch.randint(0, V, (20,))
+    with torch.no_grad():
+        x = d.block_input(torch.tensor([7, 9]), embed)
+    torch.testing.assert_close(x[1, 0], embed.weight[9], rtol=0, atol=0)
+    for r in range(1, B + 1):
+        torch.testing.assert_close(x[1, r], embed.weight[3] + embed.weight[9], rtol=0, atol=0)
+    anchors = [0, 4, 11]
+    anc = torch.tensor([anchors])
+    xb, pos, ctx_pos, mask = block_inputs(d, embed, toks.view(1, -1), anc)
+    with torch.no_grad():
+        h = d(xb, feats.unsqueeze(0), pos, ctx_pos, mask).view(len(anchors), B + 1, -1)[:, 1:]
+    for m, a in enumerate(anchors):
+        st = DraftState(d)
+        st.extend(feats[:a])
+        want, _ = st.draft(int(toks[a]), embed, head)
+        torch.testing.assert_close(head(h[m]), want, rtol=0, atol=1e-10)
+    plain = init_drafter(replace(cfg, anchor_embed=False), seed=1).double().eval()
+    plain.load_state_dict(d.state_dict())
+    sa, sb = DraftState(d), DraftState(plain)
+    sa.extend(feats[:9])
+    sb.extend(feats[:9])
+    assert (sa.draft(int(toks[9]), embed, head)[0] - sb.draft(int(toks[9]), embed, head)[0]).abs().max() > 1e-6
+
+
+def test_anchor_embed_is_checked_and_off_writes_the_config_it_wrote_before():
+    """A config is hostile input: a non-bool is refused. Off, the saved config has no `anchor_embed` key (drafters
+    saved before the option hash as they did); on, it round-trips."""
+    with pytest.raises(ValueError, match="anchor_embed"):
+        init_drafter(DrafterConfig(hidden_size=H, vocab_size=V, taps=(0,), anchor_embed="yes"), seed=0)
+    off = DrafterConfig(hidden_size=H, vocab_size=V, taps=(0,))
+    assert "anchor_embed" not in off.to_dict() and DrafterConfig.from_dict(off.to_dict()) == off
+    on = replace(off, anchor_embed=True)
+    assert on.to_dict()["anchor_embed"] is True and DrafterConfig.from_dict(on.to_dict()) == on

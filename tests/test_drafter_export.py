@@ -361,3 +361,15 @@ def test_a_drafter_with_the_anchor_feature_is_refused_with_the_fix(tiny_prepared
     with pytest.raises(BadInputError, match="anchor_feature 'block'.*prepared with anchor_feature 'off'"):
         export_drafter(d, tiny_prepared.rt.config, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_drafter_with_the_anchor_embedding_is_refused_with_the_fix(tiny_prepared, tmp_path):
+    """transformers' DFlash drafter feeds the MASK rows the MASK embedding alone: exporting an `anchor_embed`
+    drafter would draft otherwise than the lab's."""
+    from dflash_core.prepare.drafter_format import export_drafter
+    from dflash_core.runtime.drafter import init_drafter
+
+    d = init_drafter(replace(tiny_prepared.prepared.drafter.cfg, anchor_embed=True), seed=0)
+    with pytest.raises(BadInputError, match="anchor_embed"):
+        export_drafter(d, tiny_prepared.rt.config, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

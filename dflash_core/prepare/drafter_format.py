@@ -158,6 +158,10 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
                             f"which transformers' DFlash drafter ({MODEL_TYPE}) has no weight for: export a drafter "
                             "prepared with anchor_feature 'off' (bundles carry this one: `python -m dflash_core "
                             "export`)")
+    if drafter.cfg.anchor_embed:
+        raise BadInputError(f"this drafter adds the anchor's embedding to its MASK rows (anchor_embed), which "
+                            f"transformers' DFlash drafter ({MODEL_TYPE}) does not do: export a drafter prepared "
+                            "without anchor_embed (bundles carry this one: `python -m dflash_core export`)")
     check_drafter_out(out)
     model = to_hf_model(copy.deepcopy(drafter).float().cpu(), target_config, identity)
     tmp = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.part"

@@ -25,6 +25,10 @@
   position), so it can only mix the anchor's embedding and the context linearly before the MLP; the feature
   puts the target's latest state into the rows themselves. 'off' is upstream's drafter (and the only one the
   transformers format holds).
+* Anchor embedding (`anchor_embed`): every MASK row is the MASK embedding plus the anchor's. Why: with one layer
+  the MASK rows' queries are otherwise the same for every block, so attention cannot look anything up by the
+  anchor (an induction copy: "what followed this token before") and the MLP sees the anchor only mixed into an
+  attention average. No parameters; the transformers format has no counterpart, so the export refuses it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class DrafterConfig:
     attn_head_dim: int | None = None  # None: hidden_size // num_heads
     draft_vocab: int = 0  # K > 0: the head covers the K target ids of buffer `d2t` (0: the full vocabulary)
     anchor_feature: str = "off"  # 'anchor' | 'mask' | 'block': the fused row before the anchor added to those rows
+    anchor_embed: bool = False  # the anchor's embedding added to every MASK row (content-dependent queries)
 
     @property
     def head_dim(self) -> int:
@@ -65,6 +70,8 @@ class DrafterConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["taps"] = list(self.taps)
+        if not self.anchor_embed:  # a drafter without it writes the bytes it wrote before the option existed
+            del d["anchor_embed"]
         return d
 
     @classmethod
@@ -193,6 +200,8 @@ class DFlashDrafter(nn.Module):
             raise ValueError(f"draft_vocab must be an integer in 0..{cfg.vocab_size}, got {str(k)[:40]!r}")
         if cfg.draft_vocab:
             self.register_buffer("d2t", torch.arange(cfg.draft_vocab, dtype=torch.long))
+        if not isinstance(cfg.anchor_embed, bool):
+            raise ValueError(f"anchor_embed must be true or false, got {str(cfg.anchor_embed)[:40]!r}")
         if cfg.anchor_feature not in ANCHOR_FEATURES:
             raise ValueError(f"anchor_feature must be one of {ANCHOR_FEATURES}, got {str(cfg.anchor_feature)[:40]!r}")
         if cfg.anchor_feature != "off":  # drawn outside the global RNG, so every other weight inits as without it
@@ -243,7 +252,10 @@ class DFlashDrafter(nn.Module):
         """[N] anchor ids -> [N, B+1, H]: the target's embeddings of [anchor, mask_token_id x B]."""
         ids = torch.cat([anchors.view(-1, 1), anchors.new_full((anchors.numel(), self.cfg.block_size),
                                                                self.cfg.mask_token_id)], dim=1)
-        return embed(ids)
+        x = embed(ids)
+        if self.cfg.anchor_embed:  # [anchor, MASK + anchor x B]
+            x = torch.cat([x[:, :1], x[:, 1:] + x[:, :1]], dim=1)
+        return x
 
     def with_feature(self, x: torch.Tensor, prev: torch.Tensor | None) -> torch.Tensor:
         """Block rows [N, M*(B+1), H] plus the projected fused row before each block's anchor, `prev`
