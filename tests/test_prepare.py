@@ -198,3 +198,70 @@ def test_the_fits_run_without_the_teacher_taps_in_memory(tiny_dir, tmp_path, mon
     rt = load_target(str(tiny_dir), "cpu", "float32")
     prepare(str(tiny_dir), home=tmp_path, cfg=TINY_PREP, rt=rt, progress=False)
     assert alive == [0]
+
+
+def test_the_teacher_runs_under_the_dtype_prepare_resolved(tiny_dir, tmp_path, monkeypatch):
+    """teacher_dtype 'bfloat16' (native bf16 forced): every teacher forward runs under bf16 autocast and the
+    manifest says so (the default at the tiny target's vocabulary resolves to float32: test_precision.py)."""
+    import torch
+
+    import dflash_core.prepare.pipeline as pipeline
+    import dflash_core.prepare.teacher as teacher
+
+    seen: list[bool] = []
+    real = teacher.batch_teacher
+
+    def probe(*a, **k):
+        seen.append(torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16)
+        return real(*a, **k)
+
+    monkeypatch.setattr(teacher, "batch_teacher", probe)
+    monkeypatch.setattr(pipeline, "train_in_bf16", lambda device="cpu": True)
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    cfg = replace(TINY_PREP, teacher_dtype="bfloat16", aux_steps=1)
+    out = prepare(str(tiny_dir), home=tmp_path / "bf16", cfg=cfg, rt=rt, progress=False)
+    assert seen and all(seen)
+    assert json.loads((out / "manifest.json").read_text())["teacher"]["dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", 1), ("teacher_dtype", "bf16"),
+                                          ("teacher_dtype", None), ("teacher_dtype", 32)])
+def test_prepare_refuses_bad_teacher_and_drafter_knobs_before_any_work(tmp_path, field, value):
+    from dflash_core.errors import BadInputError
+    from dflash_core.prepare.pipeline import PrepareConfig
+
+    with pytest.raises(BadInputError, match=field):
+        prepare("mini", home=tmp_path / "home", cfg=replace(PrepareConfig(), **{field: value}), progress=False)
+    assert not (tmp_path / "home").exists()  # refused before the home was touched
+
+
+@pytest.mark.parametrize("value, vocab, want", [("auto", 2048, False), ("auto", 16384, True), (True, 2048, True),
+                                                (False, 49152, False)])
+def test_the_anchor_embedding_is_on_at_a_real_vocabulary_only(value, vocab, want):
+    from dflash_core.prepare.pipeline import PrepareConfig, resolve_anchor_embed
+
+    assert resolve_anchor_embed(PrepareConfig(anchor_embed=value), vocab) is want
+
+
+def test_a_real_vocabulary_recipe_change_leaves_the_mini_recipe_and_config_as_they_were():
+    """The real-vocabulary knobs at 'auto' build for the mini what was built before they existed: its recipe and
+    recorded config are unchanged (the shipped bundle stays current), while a real target's recipe names
+    REAL_VOCAB_RECIPE (its homes are rebuilt) and a knob set by hand is recorded and compared."""
+    from dflash_core.prepare.pipeline import (
+        LATE_AUTO_KNOBS,
+        REAL_VOCAB_RECIPE,
+        RECIPE,
+        PrepareConfig,
+        config_mismatch,
+        recipe_for,
+    )
+    from dflash_core.prepare.train import LARGE_VOCAB
+
+    assert recipe_for(LARGE_VOCAB - 1) == RECIPE
+    assert recipe_for(LARGE_VOCAB) != RECIPE and REAL_VOCAB_RECIPE in recipe_for(LARGE_VOCAB)
+    d = PrepareConfig().to_dict()
+    assert not set(LATE_AUTO_KNOBS) & set(d)
+    doc = {"recipe": RECIPE, "prepare_config": json.loads(json.dumps(d))}
+    assert config_mismatch(doc, PrepareConfig()) is None
+    assert "another prepare recipe" in config_mismatch(doc, PrepareConfig(), recipe=recipe_for(LARGE_VOCAB))
+    assert "anchor_embed" in config_mismatch(doc, PrepareConfig(anchor_embed=True))

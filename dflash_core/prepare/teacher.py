@@ -112,14 +112,16 @@ def merge_shards(shards: Sequence[dict], prompts: Sequence[Sequence[int]], taps:
 
 
 def teacher_data(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int] = (), top_k: int = 0,
-                 *, work: Path | None = None, batch: int = TEACHER_BATCH, progress: bool = False) -> TeacherData:
+                 *, work: Path | None = None, batch: int = TEACHER_BATCH, progress: bool = False,
+                 dtype: str = "float32") -> TeacherData:
     """Generate (or, from `work`, reload) the teacher data; sharded over the ranks of a torchrun group.
 
     Every rank returns the whole merged data. Without a process group this is one shard in this process. With
-    `work`, the merged data is saved there by rank 0 and reused by a later call with the same inputs.
+    `work`, the merged data is saved there by rank 0 and reused by a later call with the same inputs. `dtype`:
+    the matmul dtype the caller runs the target's forwards in (its autocast), part of the reuse key.
     """
     rank, world = dist.rank(), dist.world_size()
-    key = _key(prompts, new_tokens, taps, top_k)
+    key = _key(prompts, new_tokens, taps, top_k, dtype)
     if work is not None:
         rows = load_rows(work / TEACHER_FILE, key)
         if rows is not None:
@@ -154,9 +156,11 @@ def rows_of(data: TeacherData) -> dict:
     return {i: (data.sequences[i], *(None if c is None else c[i] for c in cols)) for i in range(len(data))}
 
 
-def _key(prompts, new_tokens, taps, top_k) -> str:
+def _key(prompts, new_tokens, taps, top_k, dtype: str = "float32") -> str:
     doc = {"prompts": [list(map(int, p)) for p in prompts], "new_tokens": int(new_tokens),
            "taps": [int(t) for t in taps], "top_k": int(top_k)}
+    if dtype != "float32":  # float32 keys stay what they were before the teacher had a dtype
+        doc["dtype"] = dtype
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
 
 
