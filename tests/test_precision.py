@@ -103,9 +103,9 @@ def test_the_drafter_trains_in_bf16_only_where_it_is_native(cpu, native):
 
 
 @pytest.mark.parametrize("native", [False, True])
-def test_the_teacher_runs_in_bf16_only_where_it_is_native(cpu, native):
-    """prepare's teacher passes: bf16 at a real vocabulary on a native-bf16 CPU, float32 elsewhere (the mini's
-    recipe); 'bfloat16' asked for where it would be emulated, or a value outside the choices, is refused."""
+def test_the_teacher_runs_in_bf16_only_where_asked_and_native(cpu, native):
+    """prepare's teacher passes: float32 by default at any vocabulary; 'bfloat16' where it is native, refused
+    where it would be emulated; a value outside the choices is refused."""
     from types import SimpleNamespace
 
     import torch
@@ -115,18 +115,15 @@ def test_the_teacher_runs_in_bf16_only_where_it_is_native(cpu, native):
 
     cpu(native)
     real = SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"), vocab_size=LARGE_VOCAB)
-    mini = SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"), vocab_size=2048)
-    assert resolve_teacher_dtype(PrepareConfig(), real) == ("bfloat16" if native else "float32")
-    assert resolve_teacher_dtype(PrepareConfig(), mini) == "float32"
-    assert resolve_teacher_dtype(PrepareConfig(teacher_dtype="float32"), real) == "float32"
+    assert resolve_teacher_dtype(PrepareConfig(), real) == "float32"
     f64 = SimpleNamespace(dtype=torch.float64, device=torch.device("cpu"), vocab_size=LARGE_VOCAB)
-    assert resolve_teacher_dtype(PrepareConfig(), f64) == "float64"  # a float64 reference run keeps its dtype
+    assert resolve_teacher_dtype(PrepareConfig(teacher_dtype="bfloat16"), f64) == "float64"  # keeps its dtype
     if native:
         assert resolve_teacher_dtype(PrepareConfig(teacher_dtype="bfloat16"), real) == "bfloat16"
     else:
         with pytest.raises(BadInputError, match="no native bf16"):
             resolve_teacher_dtype(PrepareConfig(teacher_dtype="bfloat16"), real)
-    for bad in ("bf16", 16, None, True):
+    for bad in ("bf16", "auto", 16, None, True):
         with pytest.raises(BadInputError, match="teacher_dtype"):
             resolve_teacher_dtype(PrepareConfig(teacher_dtype=bad), real)
 

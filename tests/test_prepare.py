@@ -202,7 +202,7 @@ def test_the_fits_run_without_the_teacher_taps_in_memory(tiny_dir, tmp_path, mon
 
 def test_the_teacher_runs_under_the_dtype_prepare_resolved(tiny_dir, tmp_path, monkeypatch):
     """teacher_dtype 'bfloat16' (native bf16 forced): every teacher forward runs under bf16 autocast and the
-    manifest says so (the default at the tiny target's vocabulary resolves to float32: test_precision.py)."""
+    manifest says so (the default, float32, runs none: test_precision.py)."""
     import torch
 
     import dflash_core.prepare.pipeline as pipeline
@@ -224,7 +224,7 @@ def test_the_teacher_runs_under_the_dtype_prepare_resolved(tiny_dir, tmp_path, m
     assert json.loads((out / "manifest.json").read_text())["teacher"]["dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", 1), ("teacher_dtype", "bf16"),
+@pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", 1), ("teacher_dtype", "auto"),
                                           ("teacher_dtype", None), ("teacher_dtype", 32)])
 def test_prepare_refuses_bad_teacher_and_drafter_knobs_before_any_work(tmp_path, field, value):
     from dflash_core.errors import BadInputError
@@ -244,11 +244,11 @@ def test_the_anchor_embedding_is_on_at_a_real_vocabulary_only(value, vocab, want
 
 
 def test_a_real_vocabulary_recipe_change_leaves_the_mini_recipe_and_config_as_they_were():
-    """The real-vocabulary knobs at 'auto' build for the mini what was built before they existed: its recipe and
+    """The knobs added since, at their defaults, build for the mini what was built before them: its recipe and
     recorded config are unchanged (the shipped bundle stays current), while a real target's recipe names
     REAL_VOCAB_RECIPE (its homes are rebuilt) and a knob set by hand is recorded and compared."""
     from dflash_core.prepare.pipeline import (
-        LATE_AUTO_KNOBS,
+        LATE_KNOBS,
         REAL_VOCAB_RECIPE,
         RECIPE,
         PrepareConfig,
@@ -260,7 +260,7 @@ def test_a_real_vocabulary_recipe_change_leaves_the_mini_recipe_and_config_as_th
     assert recipe_for(LARGE_VOCAB - 1) == RECIPE
     assert recipe_for(LARGE_VOCAB) != RECIPE and REAL_VOCAB_RECIPE in recipe_for(LARGE_VOCAB)
     d = PrepareConfig().to_dict()
-    assert not set(LATE_AUTO_KNOBS) & set(d)
+    assert not set(LATE_KNOBS) & set(d)
     doc = {"recipe": RECIPE, "prepare_config": json.loads(json.dumps(d))}
     assert config_mismatch(doc, PrepareConfig()) is None
     assert "another prepare recipe" in config_mismatch(doc, PrepareConfig(), recipe=recipe_for(LARGE_VOCAB))

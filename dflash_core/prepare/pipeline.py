@@ -65,8 +65,7 @@ RECIPE = ("2026-12-03b: taps from the teacher pass, chunked exact loss, bf16 mat
           "(issue 39)")
 # What only a target at a real vocabulary (>= train.LARGE_VOCAB) is built by, on top of RECIPE: bump it when an
 # 'auto' knob changes what it resolves to there and nowhere else (`recipe_for`).
-REAL_VOCAB_RECIPE = ("2026-12-04: the anchor's embedding on the MASK rows, the teacher passes in bf16 where it is "
-                     "native")
+REAL_VOCAB_RECIPE = "2026-12-04: the anchor's embedding on the MASK rows"
 DEFAULTS_SHA256 = "e384317c8563d209d6772d8fe39aba0166d1bcb302bc562066b215ce028e4880"
 
 
@@ -87,8 +86,9 @@ class PrepareConfig:
     forced_tokens: int | str = "auto"  # teacher-forced target passes over training text (`teacher.forced_data`), in
     # tokens: auto = FORCED_TOKENS at a real vocabulary (>= train.LARGE_VOCAB), 0 elsewhere (the mini's recipe)
     forced_length: int = 128  # tokens per teacher-forced chunk
-    teacher_dtype: str = "auto"  # the teacher passes' matmuls (`teacher_autocast`): auto = bfloat16 at a real
-    # vocabulary (>= train.LARGE_VOCAB) where the lab's bf16 rule allows it, float32 elsewhere (the mini's recipe)
+    teacher_dtype: str = "float32"  # the teacher passes' matmuls (`teacher_autocast`): 'bfloat16' where the lab's
+    # bf16 rule allows it; not the default: it saved 4 % of SmolLM2's teacher on an AVX512-BF16 EPYC (750 s against
+    # 782 s) for labels that leave float32 greedy at near-ties (docs/real-targets.md)
     train_data: str | None = None  # --train-data: where train seeds are cut from (None: the family's shipped corpus)
     train: TrainConfig = field(default_factory=TrainConfig)
     aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
@@ -98,16 +98,17 @@ class PrepareConfig:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k in LATE_AUTO_KNOBS:  # at 'auto' they build what configs recorded before them built: left out
-            if d[k] == "auto":
+        for k, default in LATE_KNOBS.items():  # at their defaults they build what configs recorded before them
+            if d[k] == default:  # built: left out
                 del d[k]
         return d
 
 
-# Knobs added after homes and the reference bundle were built, whose 'auto' leaves every target below a real
-# vocabulary as it was: at 'auto' a config writes (and compares as) the dict it wrote before they existed, so the
-# mini's homes and the shipped bundle stay current; what 'auto' does at a real vocabulary is REAL_VOCAB_RECIPE's.
-LATE_AUTO_KNOBS = ("anchor_embed", "teacher_dtype")
+# Knobs added after homes and the reference bundle were built, whose defaults leave every target below a real
+# vocabulary as it was: at their defaults a config writes (and compares as) the dict it wrote before they existed,
+# so the mini's homes and the shipped bundle stay current; what a default does at a real vocabulary is
+# REAL_VOCAB_RECIPE's.
+LATE_KNOBS = {"anchor_embed": "auto", "teacher_dtype": "float32"}
 
 
 def recipe_for(vocab: int) -> str:
@@ -131,7 +132,7 @@ def forced_token_budget(cfg: PrepareConfig, vocab: int) -> int:
     return v
 
 
-TEACHER_DTYPES = ("auto", "float32", "bfloat16")
+TEACHER_DTYPES = ("float32", "bfloat16")
 
 
 def check_teacher_dtype(v) -> None:
@@ -140,11 +141,11 @@ def check_teacher_dtype(v) -> None:
 
 
 def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
-    """'auto': bfloat16 at a real vocabulary where training may use it (runtime/precision.py: native bf16 only),
-    else float32; a float64 target keeps its dtype. Why: the teacher's greedy generation is the costliest part of a
-    real target's prepare and is matmul-bound; in bf16 on a CPU with AVX512-BF16 it ran ~8x faster than float32
-    at SmolLM2's shape (docs/real-targets.md). Its trajectories and labels are the bf16 target's greedy tokens,
-    which the float32 decode's differ from at near-ties (training data, not a decode under test)."""
+    """The teacher passes' matmul dtype: 'bfloat16' only where the lab's bf16 rule allows it (runtime/precision.py:
+    native bf16), else refused; a float64 target keeps its dtype. Its trajectories and labels are then the bf16
+    target's greedy tokens, which the float32 decode's differ from at near-ties (training data, not a decode under
+    test). Why it is not the default: on SmolLM2 it saved 4 % of the teacher's time on an AVX512-BF16 EPYC without
+    AMX (docs/real-targets.md; not profiled further, nor measured on an AMX CPU)."""
     v = cfg.teacher_dtype
     check_teacher_dtype(v)
     import torch
@@ -152,11 +153,9 @@ def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
     if rt.dtype != torch.float32:
         return str(rt.dtype).replace("torch.", "")
     device = str(rt.device)
-    if v == "auto":
-        return "bfloat16" if rt.vocab_size >= LARGE_VOCAB and train_in_bf16(device) else "float32"
     if v == "bfloat16" and not train_in_bf16(device):
         raise BadInputError(f"teacher_dtype 'bfloat16' on {device}, which has no native bf16 (torch would emulate it "
-                            "~60x slower): use teacher_dtype 'auto' or 'float32'")
+                            "~60x slower): use teacher_dtype 'float32'")
     return v
 
 
