@@ -358,7 +358,7 @@ def test_a_drafter_with_the_anchor_feature_is_refused_with_the_fix(tiny_prepared
     from dflash_core.runtime.drafter import init_drafter
 
     d = init_drafter(replace(tiny_prepared.prepared.drafter.cfg, anchor_feature="block"), seed=0)
-    with pytest.raises(BadInputError, match="anchor_feature 'block'.*prepared with anchor_feature 'off'"):
+    with pytest.raises(BadInputError, match="anchor_feature 'block'.*export a drafter prepared without it"):
         export_drafter(d, tiny_prepared.rt.config, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -373,3 +373,16 @@ def test_a_drafter_with_the_anchor_embedding_is_refused_with_the_fix(tiny_prepar
     with pytest.raises(BadInputError, match="anchor_embed"):
         export_drafter(d, tiny_prepared.rt.config, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_the_conversion_refuses_a_drafter_transformers_would_draft_otherwise(tiny_prepared):
+    """The bench's dflash_transformers row converts the prepared drafter (`to_hf_model`): a drafter the format cannot
+    hold is refused there too, not converted into another drafter timed under its name."""
+    from dflash_core.prepare.drafter_format import not_representable, to_hf_model
+    from dflash_core.runtime.drafter import init_drafter
+
+    cfg = tiny_prepared.prepared.drafter.cfg
+    assert not_representable(cfg) is None
+    for bad in (replace(cfg, anchor_embed=True), replace(cfg, anchor_feature="mask")):
+        with pytest.raises(BadInputError, match="transformers' DFlash drafter"):
+            to_hf_model(init_drafter(bad, seed=0), tiny_prepared.rt.config)

@@ -224,7 +224,7 @@ def test_the_teacher_runs_under_the_dtype_prepare_resolved(tiny_dir, tmp_path, m
     assert json.loads((out / "manifest.json").read_text())["teacher"]["dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", 1), ("teacher_dtype", "auto"),
+@pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", "auto"), ("teacher_dtype", "auto"),
                                           ("teacher_dtype", None), ("teacher_dtype", 32)])
 def test_prepare_refuses_bad_teacher_and_drafter_knobs_before_any_work(tmp_path, field, value):
     from dflash_core.errors import BadInputError
@@ -235,33 +235,14 @@ def test_prepare_refuses_bad_teacher_and_drafter_knobs_before_any_work(tmp_path,
     assert not (tmp_path / "home").exists()  # refused before the home was touched
 
 
-@pytest.mark.parametrize("value, vocab, want", [("auto", 2048, False), ("auto", 16384, True), (True, 2048, True),
-                                                (False, 49152, False)])
-def test_the_anchor_embedding_is_on_at_a_real_vocabulary_only(value, vocab, want):
-    from dflash_core.prepare.pipeline import PrepareConfig, resolve_anchor_embed
+def test_knobs_added_since_leave_the_recorded_config_as_it_was_at_their_defaults():
+    """anchor_embed and teacher_dtype at their defaults build what was built before they existed: the config dict
+    (so the pinned defaults, every home and the shipped bundle) is unchanged; set, a knob is recorded and compared."""
+    from dflash_core.prepare.pipeline import LATE_KNOBS, RECIPE, PrepareConfig, config_mismatch
 
-    assert resolve_anchor_embed(PrepareConfig(anchor_embed=value), vocab) is want
-
-
-def test_a_real_vocabulary_recipe_change_leaves_the_mini_recipe_and_config_as_they_were():
-    """The knobs added since, at their defaults, build for the mini what was built before them: its recipe and
-    recorded config are unchanged (the shipped bundle stays current), while a real target's recipe names
-    REAL_VOCAB_RECIPE (its homes are rebuilt) and a knob set by hand is recorded and compared."""
-    from dflash_core.prepare.pipeline import (
-        LATE_KNOBS,
-        REAL_VOCAB_RECIPE,
-        RECIPE,
-        PrepareConfig,
-        config_mismatch,
-        recipe_for,
-    )
-    from dflash_core.prepare.train import LARGE_VOCAB
-
-    assert recipe_for(LARGE_VOCAB - 1) == RECIPE
-    assert recipe_for(LARGE_VOCAB) != RECIPE and REAL_VOCAB_RECIPE in recipe_for(LARGE_VOCAB)
     d = PrepareConfig().to_dict()
     assert not set(LATE_KNOBS) & set(d)
     doc = {"recipe": RECIPE, "prepare_config": json.loads(json.dumps(d))}
     assert config_mismatch(doc, PrepareConfig()) is None
-    assert "another prepare recipe" in config_mismatch(doc, PrepareConfig(), recipe=recipe_for(LARGE_VOCAB))
     assert "anchor_embed" in config_mismatch(doc, PrepareConfig(anchor_embed=True))
+    assert PrepareConfig(teacher_dtype="bfloat16").to_dict()["teacher_dtype"] == "bfloat16"

@@ -130,9 +130,26 @@ def hf_config(dcfg, target_config, identity: dict | None = None, d2t=None):
         **extra)
 
 
+def not_representable(cfg) -> str | None:
+    """Why transformers' DFlash drafter cannot draft as this drafter config does (None: it can). The anchor feature
+    has no weight there and the anchor embedding no counterpart, so a conversion would silently draft otherwise."""
+    if cfg.anchor_feature != "off":
+        return (f"this drafter adds the anchor feature (anchor_feature {cfg.anchor_feature!r}), which transformers' "
+                f"DFlash drafter ({MODEL_TYPE}) has no weight for")
+    if cfg.anchor_embed:
+        return (f"this drafter adds the anchor's embedding to its MASK rows (anchor_embed), which transformers' "
+                f"DFlash drafter ({MODEL_TYPE}) does not do")
+    return None
+
+
 def to_hf_model(drafter, target_config, identity: dict | None = None):
-    """A `MuseGlimmerAssistantModel` holding our drafter's weights (strict: every weight mapped, none left)."""
+    """A `MuseGlimmerAssistantModel` holding our drafter's weights (strict: every weight mapped, none left); a
+    drafter it cannot represent (`not_representable`) is refused rather than converted into another drafter."""
     import torch
+
+    why = not_representable(drafter.cfg)
+    if why:
+        raise BadInputError(why)
     from transformers import MuseGlimmerAssistantModel
 
     cfg = hf_config(drafter.cfg, target_config, identity, getattr(drafter, "d2t", None))
@@ -153,15 +170,10 @@ def export_drafter(drafter, target_config, out: str | Path, identity: dict | Non
     from safetensors import SafetensorError
 
     out = Path(out)
-    if drafter.cfg.anchor_feature != "off":
-        raise BadInputError(f"this drafter adds the anchor feature (anchor_feature {drafter.cfg.anchor_feature!r}), "
-                            f"which transformers' DFlash drafter ({MODEL_TYPE}) has no weight for: export a drafter "
-                            "prepared with anchor_feature 'off' (bundles carry this one: `python -m dflash_core "
-                            "export`)")
-    if drafter.cfg.anchor_embed:
-        raise BadInputError(f"this drafter adds the anchor's embedding to its MASK rows (anchor_embed), which "
-                            f"transformers' DFlash drafter ({MODEL_TYPE}) does not do: export a drafter prepared "
-                            "without anchor_embed (bundles carry this one: `python -m dflash_core export`)")
+    why = not_representable(drafter.cfg)
+    if why:
+        raise BadInputError(f"{why}: export a drafter prepared without it (bundles carry this one: `python -m "
+                            "dflash_core export`)")
     check_drafter_out(out)
     model = to_hf_model(copy.deepcopy(drafter).float().cpu(), target_config, identity)
     tmp = out.parent / f".{out.name}.{os.getpid()}.{secrets.token_hex(4)}.part"

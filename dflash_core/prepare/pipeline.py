@@ -63,9 +63,6 @@ RECIPE = ("2026-12-03b: taps from the teacher pass, chunked exact loss, bf16 mat
           "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
           "(8192 to 16384 ids), teacher-forced text and 3000 steps under a 15-minute budget with patience 20 "
           "(issue 39)")
-# What only a target at a real vocabulary (>= train.LARGE_VOCAB) is built by, on top of RECIPE: bump it when an
-# 'auto' knob changes what it resolves to there and nowhere else (`recipe_for`).
-REAL_VOCAB_RECIPE = "2026-12-04: the anchor's embedding on the MASK rows"
 DEFAULTS_SHA256 = "e384317c8563d209d6772d8fe39aba0166d1bcb302bc562066b215ce028e4880"
 
 
@@ -81,8 +78,9 @@ class PrepareConfig:
     drafter_layers: int = 1
     drafter_heads: int = 4
     drafter_intermediate: int | None = None  # None: 2 x target hidden
-    anchor_embed: str | bool = "auto"  # the anchor's embedding on the MASK rows (DrafterConfig.anchor_embed): auto =
-    # on at a real vocabulary (>= train.LARGE_VOCAB), off for the mini target (its recipe and bundle stay as they are)
+    anchor_embed: bool = False  # the anchor's embedding on the MASK rows (DrafterConfig.anchor_embed): a small
+    # measured gain on SmolLM2 (docs/real-targets.md), off by default: transformers' DFlash drafter cannot hold it, so
+    # such a drafter has no export and no dflash_transformers row
     forced_tokens: int | str = "auto"  # teacher-forced target passes over training text (`teacher.forced_data`), in
     # tokens: auto = FORCED_TOKENS at a real vocabulary (>= train.LARGE_VOCAB), 0 elsewhere (the mini's recipe)
     forced_length: int = 128  # tokens per teacher-forced chunk
@@ -104,18 +102,10 @@ class PrepareConfig:
         return d
 
 
-# Knobs added after homes and the reference bundle were built, whose defaults leave every target below a real
-# vocabulary as it was: at their defaults a config writes (and compares as) the dict it wrote before they existed,
-# so the mini's homes and the shipped bundle stay current; what a default does at a real vocabulary is
-# REAL_VOCAB_RECIPE's.
-LATE_KNOBS = {"anchor_embed": "auto", "teacher_dtype": "float32"}
-
-
-def recipe_for(vocab: int) -> str:
-    """The recipe a target of this vocabulary is built by: RECIPE, plus REAL_VOCAB_RECIPE at a real vocabulary.
-    Why two: a change only a real vocabulary sees must rebuild real targets' homes and leave the mini's (and the
-    shipped reference bundle) as they are."""
-    return RECIPE if vocab < LARGE_VOCAB else f"{RECIPE}; {REAL_VOCAB_RECIPE}"
+# Knobs added after homes and the reference bundle were built, whose defaults build what was built before them: at
+# their defaults a config writes (and compares as) the dict it wrote before they existed, so homes and the shipped
+# bundle stay current; set, they are recorded and compared.
+LATE_KNOBS = {"anchor_embed": False, "teacher_dtype": "float32"}
 
 
 FORCED_TOKENS = 262144  # the auto budget of teacher-forced text at a real vocabulary (~1.8 GB of taps at 135M)
@@ -171,16 +161,9 @@ def teacher_autocast(rt, dtype: str):
     return torch.autocast(torch.device(rt.device).type, dtype=torch.bfloat16)
 
 
-def resolve_anchor_embed(cfg: PrepareConfig, vocab: int) -> bool:
-    """'auto': on at a real vocabulary. On SmolLM2-135M at 1,000 steps it lowered the held-out loss at every
-    evaluation (4.463 against 4.505 at the end) and raised position 2 (0.216 against 0.200) for no cost a step
-    (docs/real-targets.md)."""
-    v = cfg.anchor_embed
-    if v == "auto":
-        return vocab >= LARGE_VOCAB
+def check_anchor_embed(v) -> None:
     if not isinstance(v, bool):
-        raise BadInputError(f"anchor_embed must be 'auto', true or false, got {str(v)[:40]!r}")
-    return v
+        raise BadInputError(f"anchor_embed must be true or false, got {str(v)[:40]!r}")
 
 
 def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: bool):
@@ -339,7 +322,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         cfg = replace(cfg, threads=threads)
     t = cfg.train  # refused here, not after a teacher pass of minutes
     check_draft_bounds(t.draft_coverage, t.draft_vocab_min, t.draft_vocab_max)
-    resolve_anchor_embed(cfg, 0)
+    check_anchor_embed(cfg.anchor_embed)
     check_teacher_dtype(cfg.teacher_dtype)
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
@@ -359,21 +342,19 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
                         accept_recorded=accept_recorded, drafter=drafter)
 
 
-def work_dir(out: Path, cfg: PrepareConfig, recipe: str = RECIPE) -> Path:
+def work_dir(out: Path, cfg: PrepareConfig) -> Path:
     """Where a run keeps what a killed prepare resumes from (teacher data, training checkpoints): beside the
     artifacts, keyed by the artifact directory, the recipe and the config, removed when the run completes."""
-    doc = json.dumps({"recipe": recipe, "cfg": {k: v for k, v in cfg.to_dict().items() if k != "threads"}},
+    doc = json.dumps({"recipe": RECIPE, "cfg": {k: v for k, v in cfg.to_dict().items() if k != "threads"}},
                      sort_keys=True, default=str)
     return out.parent.parent / "work" / f"{out.name}-{hashlib.sha256(doc.encode()).hexdigest()[:12]}"
 
 
-def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False,
-                    recipe: str = RECIPE) -> str | None:
-    """Why a manifest's artifacts are not what `cfg` asks for (None when they are): another recipe (`recipe_for`
-    the target), or (unless `accept_recorded`) other settings. `threads` is recorded but not compared (see
-    `prepare`)."""
-    if doc.get("recipe") != recipe:
-        return f"built by another prepare recipe ({doc.get('recipe')!r} != {recipe!r})"
+def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False) -> str | None:
+    """Why a manifest's artifacts are not what `cfg` asks for (None when they are): another RECIPE, or (unless
+    `accept_recorded`) other settings. `threads` is recorded but not compared (see `prepare`)."""
+    if doc.get("recipe") != RECIPE:
+        return f"built by another prepare recipe ({doc.get('recipe')!r} != {RECIPE!r})"
     want = {k: v for k, v in json.loads(json.dumps(cfg.to_dict())).items() if k != "threads"}
     have = doc.get("prepare_config")
     if not isinstance(have, dict):
@@ -387,14 +368,13 @@ def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False
 
 
 def present_and_verified(out: Path, ident: dict, required: tuple[str, ...], cfg: PrepareConfig,
-                         accept_recorded: bool, source_sha: str | None, train_sha: str | None = None,
-                         recipe: str = RECIPE) -> bool:
+                         accept_recorded: bool, source_sha: str | None, train_sha: str | None = None) -> bool:
     """`out` holds every required file, verified against its manifest, built by this recipe (and config), from
     that training text (by SHA-256, `--train-data`) and for an imported drafter from that very drafter: a
     repeated prepare has nothing to do."""
     try:
         doc = read_manifest(out, ident, required=required)
-        why = config_mismatch(doc, cfg, accept_recorded, recipe)
+        why = config_mismatch(doc, cfg, accept_recorded)
         if not why and source_sha is not None and (doc.get("drafter") or {}).get("source_sha256") != source_sha:
             why = "built from another drafter"
         if not why and train_sha is not None and (doc.get("train_data") or {}).get("sha256") != train_sha:
@@ -444,18 +424,17 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     out = prepared_dir(ident, home, source_sha)
     own = prepared_dir(ident, home)  # the target's own artifacts (trained drafter): what an import may reuse
     required = (DRAFTER_FILE, TRAJ_FILE, *fit_files())
-    recipe = recipe_for(rt.vocab_size)
     family = family_for(rt, cfg)
     train_sha = None
     if cfg.train_data and rt.tokenizer is not None:
         train_sha = load_train_text(cfg.train_data, family).sha256  # refused here, before any work, when unusable
     done = None  # rank 0 decides what is already there (it alone reads the home under the lock); all ranks follow
     if not refresh and lead:
-        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha, train_sha, recipe):
+        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha, train_sha):
             done = "present"
         elif imported is not None:
             doc = same_as_own(imported, own, ident, required, log)
-            if doc is not None and not config_mismatch(doc, cfg, accept_recorded, recipe):
+            if doc is not None and not config_mismatch(doc, cfg, accept_recorded):
                 adopt_own(doc, own, out, ident, drafter, source_sha, t_start)
                 done = "adopted"
     done = dist.broadcast_object(done)
@@ -463,7 +442,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         _log(f"artifacts for {rt.name} are present and verified in {out}")
     if done is not None:
         return out
-    work = work_dir(out, cfg, recipe)
+    work = work_dir(out, cfg)
     torch.manual_seed(cfg.seed)
     train_record: dict = {}
     seeds = train_seed_ids(rt, cfg, family, train_record)
@@ -471,15 +450,15 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     top_k = cfg.train.distill_top_k if imported is None else 0
     world = dist.world_size()
     teacher_dtype = resolve_teacher_dtype(cfg, rt)
-    key = teacher_key(ident, recipe, cfg.traj_tokens, seeds,
-                      f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}/{teacher_dtype}")
+    key = teacher_key(ident, RECIPE, cfg.traj_tokens, seeds, f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}"
+                      + ("" if teacher_dtype == "float32" else f"/teacher {teacher_dtype}"))
     # An imported drafter needs only the target's trajectories (no taps, no top-k): the target's own artifacts'
     # are reused when they are exactly what this prepare would generate (same teacher key). Training our own
     # drafter needs the taps and top-k captured in the generating forwards, so it always runs teacher_data
     # (which resumes from the work folder after a kill).
     found = None
     if imported is not None and not refresh:
-        found = reusable_trajectories(own, ident, key, recipe=recipe, seeds=seeds, traj_tokens=cfg.traj_tokens,
+        found = reusable_trajectories(own, ident, key, recipe=RECIPE, seeds=seeds, traj_tokens=cfg.traj_tokens,
                                       log=log)
     if found is not None:
         reused, seeds, held_record = found
@@ -514,7 +493,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                              block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
                              intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
                              mask_token_id=mask_token_for(rt.config),
-                             anchor_embed=resolve_anchor_embed(cfg, rt.vocab_size))
+                             anchor_embed=cfg.anchor_embed)
         sched = resolve_schedule(cfg.train, rt.vocab_size)
         budget = f", budget {sched.budget_minutes:g} min" if sched.budget_minutes else ""
         _log(f"training the drafter ({sched.steps} steps{budget}, block {cfg.block_size}, taps {list(dcfg.taps)})")
@@ -546,7 +525,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
             files[fname] = file_entry(out / fname)
         fits[fitter.name] = res.get("meta", {})
     extra = {
-        "recipe": recipe,
+        "recipe": RECIPE,
         "prepare_config": cfg.to_dict(),
         "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": family, "train_seed_count": len(seeds)},
         "train_data": train_record,
