@@ -16,6 +16,7 @@ from pathlib import Path
 from . import __version__, options
 from .bench.config import check_widths_fit
 from .errors import BadInputError, DFlashError, guarded
+from .prepare import distributed as dist
 from .prepare.bundle import check_export_out, export_bundle, import_bundle
 from .prepare.model_card import find_report, measured_tau, model_card
 from .prepare.traindata import load_train_text
@@ -196,9 +197,12 @@ def cmd_prepare(a) -> int:
     _quiet(a)
     if a.train_data:  # hostile input is refused before any model is built or loaded
         load_train_text(a.train_data, "english")
-    out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
-                  threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter, train_data=a.train_data,
-                                                 train_budget=a.train_budget))
+    try:
+        out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
+                      threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter,
+                                                     train_data=a.train_data, train_budget=a.train_budget))
+    finally:
+        dist.shutdown()  # under torchrun: leave the group before exit (a no-op in one process)
     print(out)
     return 0
 

@@ -78,10 +78,15 @@ def run_train64(out: str) -> None:
 
 
 if __name__ == "__main__":
+    from dflash_core.prepare import distributed as dist
+
     mode = sys.argv[1]
-    if mode == "prepare":
-        run_prepare(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), "--stall" in sys.argv)
-    elif mode == "train64":
-        run_train64(sys.argv[2])
-    else:
-        sys.exit(f"unknown mode {mode!r}")
+    try:
+        if mode == "prepare":
+            run_prepare(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), "--stall" in sys.argv)
+        elif mode == "train64":
+            run_train64(sys.argv[2])
+        else:
+            sys.exit(f"unknown mode {mode!r}")
+    finally:
+        dist.shutdown()  # as the CLI does: a rank exiting with its gloo group alive can abort at exit

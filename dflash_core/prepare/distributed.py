@@ -51,6 +51,16 @@ def init_from_env(device: str = "cpu") -> bool:
     return True
 
 
+def shutdown() -> None:
+    """Leave the process group: a barrier (every rank done), then destroy it. Why: a rank that exits with the gloo
+    group still alive can abort at interpreter exit ('terminate called without an active exception', SIGABRT,
+    exit -6) after its work is done, and torchrun then fails the whole launch (seen in CI on the 2-rank test)."""
+    d = _dist()
+    if d:
+        d.barrier()
+        d.destroy_process_group()
+
+
 def threads_per_rank(threads: int) -> int:
     """The torch threads of one rank: `threads` shared by the ranks on this machine (torchrun's LOCAL_WORLD_SIZE),
     so N ranks with --threads 2 on a 2-core box do not run 2N threads."""

@@ -11,6 +11,7 @@ loggers, timestamped), and leaves the caller's torch thread count as it found it
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -152,8 +153,6 @@ def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
 def teacher_autocast(rt, dtype: str):
     """bf16 autocast of the target's matmuls for the teacher passes (the weights and the residual stream stay
     float32, so the taps are float32 values); a no-op context for float32."""
-    import contextlib
-
     import torch
 
     if dtype != "bfloat16":
