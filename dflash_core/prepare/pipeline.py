@@ -26,6 +26,7 @@ from ..errors import ArtifactError, BadInputError
 from ..methods import FitContext, fit_files, fitters
 from ..options import MAX_THREADS, env_value
 from ..progress import ensure_console_logging
+from ..runtime.allocator import trim_free_memory
 from ..runtime.device import torch_threads
 from ..runtime.drafter import DrafterConfig, default_taps, parameter_count
 from ..runtime.precision import train_in_bf16
@@ -501,6 +502,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     # The fits read the trajectories' tokens only: drop the taps (and top-k) before they build their examples,
     # so the two never share the peak (at 350M: 187,818 rows x 3 taps x 1,024 float32 = 2.3 GB, 2.6 with forced text).
     teacher = forced = None
+    trim_free_memory()  # the taps' pages back to the system before the fits allocate theirs (runtime/allocator.py)
     if not lead:  # rank 0 fits the methods and writes; the others wait for the artifacts to be complete
         dist.barrier()
         return out
@@ -523,6 +525,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
             write_atomic(out / fname, data)
             files[fname] = file_entry(out / fname)
         fits[fitter.name] = res.get("meta", {})
+        trim_free_memory()
     extra = {
         "recipe": RECIPE,
         "prepare_config": cfg.to_dict(),
