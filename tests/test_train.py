@@ -188,3 +188,15 @@ def test_soft_targets_mix_the_label_with_the_targets_top_k_where_recorded():
     torch.testing.assert_close(probs[0, 0, :2], torch.tensor([[1.0, 0, 0, 0]] * 2))  # prompt rows: the label
     torch.testing.assert_close(probs[0, 0, 2], torch.cat([torch.tensor([0.5]), soft]))
     assert torch.equal(ids[0, 1, :, 1], torch.tensor([7, 8, 9])) and torch.equal(ids[0, 1, :, 0], labels[0, 1])
+
+
+def test_training_hands_freed_memory_back_at_each_evaluation(monkeypatch):
+    # runtime/allocator.py: without it glibc keeps the steps' freed buffers (gigabytes over a 350M training)
+    import dflash_core.prepare.train as train_mod
+
+    calls = []
+    monkeypatch.setattr(train_mod, "trim_free_memory", lambda: calls.append(1) or True)
+    tcfg = TrainConfig(steps=6, batch_sequences=4, anchors_per_sequence=4, warmup=1, val_fraction=0.25,
+                       eval_every=2, patience=100, matmul_dtype="float32")
+    _, _, _, m = _tiny_training(tcfg)
+    assert len(calls) == len(m["heldout_curve"]) == 3
