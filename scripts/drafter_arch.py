@@ -136,6 +136,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--anchor-rule", default=None, choices=("all", "continuation"), help="TrainConfig.anchors")
     ap.add_argument("--anchors", type=int, default=None, help="anchors per sequence per step")
     ap.add_argument("--batch", type=int, default=None, help="sequences per step")
+    ap.add_argument("--budget", default="auto", help="training budget in minutes, 'off' for none, or 'auto' "
+                    "(prepare's rule: 15 min at a real vocabulary)")
+    ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
+                    "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ensure_console_logging()
@@ -169,6 +173,8 @@ def main(argv=None) -> dict:
     fcfg = replace(base, train_data=a.forced_data) if a.forced_data else base
     forced, forced_rec = forced_teacher(rt, fcfg, family, seeds_kept, taps, False)
     data = teacher if forced is None else teacher.extend(forced)
+    if a.zero_taps:
+        data.taps = [torch.zeros_like(t) for t in data.taps]
     t_teacher = time.perf_counter() - t0
     dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=taps_train,
                          block_size=base.block_size, num_layers=base.drafter_layers, num_heads=base.drafter_heads,
@@ -177,7 +183,8 @@ def main(argv=None) -> dict:
     ps = load_prompts(family)
     prompts = [rt.encode(p) for p in ps.benchmark[:4]]
     widths = [int(w) for w in a.widths.split(",")]
-    tcfg = replace(base.train, steps=a.steps, patience=100,
+    budget = a.budget if a.budget == "auto" else None if a.budget == "off" else float(a.budget)
+    tcfg = replace(base.train, steps=a.steps, patience=100, budget_minutes=budget,
                    **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch),
                                                         ("gamma", a.gamma), ("anchors", a.anchor_rule))
                       if v is not None})
@@ -191,8 +198,9 @@ def main(argv=None) -> dict:
         t1 = time.perf_counter()
         drafter, m = train_drafter(rt, data.sequences, cfg, tcfg, teacher=data, init=init)
         seconds = time.perf_counter() - t1
-        tau = tau_per_width(rt, drafter, prompts, 48, widths)
-        by_task = tau_by_task(rt, drafter, ps, 48, max(widths)) if a.tasks else None
+        # zeroed taps: decoding would feed the real ones, so tau says nothing; the held-out accuracy is the figure
+        tau = None if a.zero_taps else tau_per_width(rt, drafter, prompts, 48, widths)
+        by_task = tau_by_task(rt, drafter, ps, 48, max(widths)) if a.tasks and not a.zero_taps else None
         row = {"variant": name, "config": drafter.cfg.to_dict() | {"taps": list(drafter.cfg.taps)},
                "parameters": parameter_count(drafter), "init": m.get("init"), "train_seconds": seconds,
                "steps_run": m["steps_run"], "best_step": m["best_step"], "tokens_seen": m["tokens_seen"],
