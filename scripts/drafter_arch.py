@@ -138,6 +138,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch", type=int, default=None, help="sequences per step")
     ap.add_argument("--budget", default="auto", help="training budget in minutes, 'off' for none, or 'auto' "
                     "(prepare's rule: 15 min at a real vocabulary)")
+    ap.add_argument("--feature-weight", type=float, default=None, help="TrainConfig.feature_weight: the cosine pull "
+                    "of each block row toward the target's hidden state (last tap) at the row predicting its label")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
@@ -186,7 +188,8 @@ def main(argv=None) -> dict:
     budget = a.budget if a.budget == "auto" else None if a.budget == "off" else float(a.budget)
     tcfg = replace(base.train, steps=a.steps, patience=100, budget_minutes=budget,
                    **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch),
-                                                        ("gamma", a.gamma), ("anchors", a.anchor_rule))
+                                                        ("gamma", a.gamma), ("anchors", a.anchor_rule),
+                                                        ("feature_weight", a.feature_weight))
                       if v is not None})
     rows = []
     for name in a.variants.split(","):

@@ -4,6 +4,8 @@ rows estimate the position-decayed loss without bias."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -82,3 +84,50 @@ def test_sampled_rows_estimate_the_full_loss_without_bias():
     mean = torch.stack(draws).mean()
     assert abs(float(mean / full) - 1) < 0.02  # unbiased: the sampling error of 3000 draws is well under 2 %
     assert bool(keep[..., 0].all()) and 0 < int(keep.sum()) < keep.numel()  # the first row always, not all rows
+
+
+def test_the_feature_term_is_the_decayed_cosine_gap_to_the_tap_at_the_row_predicting_each_label():
+    from dflash_core.prepare.train import block_inputs
+
+    torch.manual_seed(4)
+    cfg = DrafterConfig(hidden_size=16, vocab_size=30, taps=(0, 1), block_size=5, num_layers=1, num_heads=2,
+                        intermediate_size=32)
+    d = init_drafter(cfg, 0).double()
+    embed = torch.nn.Embedding(30, 16).double()
+    head = torch.nn.Linear(16, 30, bias=False).double()
+    tok = torch.randint(30, (2, 20))
+    ft = torch.randn(2, 20, 32, dtype=torch.float64)  # two taps: the regression target is the last one
+    anc = torch.tensor([[2, 7, 11], [4, 9, 13]])
+    gamma = 3.0
+    with torch.no_grad():
+        base, _ = block_loss(d, embed, head, tok, ft, anc, gamma)
+        with_feat, _ = block_loss(d, embed, head, tok, ft, anc, gamma, feature_weight=0.7)
+        x, pos, ctx_pos, mask = block_inputs(d, embed, tok, anc)
+        h = d(x, ft, pos, ctx_pos, mask, None).view(2, 3, 6, -1)[:, :, 1:]
+    want, wsum = 0.0, sum(math.exp(-j / gamma) for j in range(5))
+    for i in range(2):
+        for m in range(3):
+            for j in range(5):  # block row j+1 drafts label a+j+1, which the target's row a+j predicted
+                tgt = ft[i, int(anc[i, m]) + j, 16:]
+                want += math.exp(-j / gamma) * (1 - float(F.cosine_similarity(h[i, m, j], tgt, dim=0)))
+    want /= 2 * 3 * wsum
+    assert float(with_feat - base) == pytest.approx(0.7 * want, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 101, True, "1", float("nan")])
+def test_bad_feature_weights_are_refused(bad):
+    from dflash_core.errors import BadInputError
+    from dflash_core.prepare.train import check_feature_weight
+
+    with pytest.raises(BadInputError, match="feature_weight"):
+        check_feature_weight(bad)
+
+
+def test_feature_weight_is_left_out_of_the_recorded_config_at_its_default_and_recorded_when_set():
+    from dataclasses import replace
+
+    from dflash_core.prepare.pipeline import PrepareConfig
+
+    cfg = PrepareConfig()
+    assert "feature_weight" not in cfg.to_dict()["train"]  # homes and the reference bundle stay current
+    assert replace(cfg, train=replace(cfg.train, feature_weight=0.5)).to_dict()["train"]["feature_weight"] == 0.5

@@ -55,7 +55,15 @@ from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noq
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
 from .teacher import TeacherData, forced_data, teacher_data
-from .train import LARGE_VOCAB, TrainConfig, check_draft_bounds, resolve_schedule, train_drafter
+from .train import (
+    LARGE_VOCAB,
+    TrainConfig,
+    check_draft_bounds,
+    check_feature_weight,
+    resolve_schedule,
+    train_config_dict,
+    train_drafter,
+)
 from .traindata import TrainText, _digest, cut_seeds, forced_chunks, forced_lines, load_train_text
 
 TRAJ_FILE = "trajectories.json"
@@ -101,6 +109,7 @@ class PrepareConfig:
         for k, default in LATE_KNOBS.items():  # at their defaults they build what configs recorded before them
             if d[k] == default:  # built: left out
                 del d[k]
+        d["train"] = train_config_dict(self.train)  # the same rule for TrainConfig's late knobs
         return d
 
 
@@ -324,6 +333,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     check_draft_bounds(t.draft_coverage, t.draft_vocab_min, t.draft_vocab_max)
     check_anchor_embed(cfg.anchor_embed)
     check_teacher_dtype(cfg.teacher_dtype)
+    check_feature_weight(t.feature_weight)
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
     if train_budget is not None:

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import ArtifactError, BadInputError
 from ..progress import Progress, logged
@@ -63,6 +64,9 @@ LARGE_VOCAB = 16384
 # costs ~2x a step), so prepare stays near its 30 minutes; where it binds, the run depends on the machine's speed
 # and the manifest says so (`stopped`, `steps_run`). docs/real-targets.md has the measurements.
 MINI_STEPS, MINI_PATIENCE = 600, 4
+# Train knobs added after homes and the reference bundle were built: at these defaults they train what was trained
+# before them, so they are left out of every recorded config and key (pipeline.LATE_KNOBS' rule for TrainConfig).
+LATE_TRAIN_KNOBS = {"feature_weight": 0.0}
 REAL_VOCAB_STEPS, REAL_VOCAB_PATIENCE, REAL_VOCAB_BUDGET = 3000, 20, 15.0
 
 
@@ -97,6 +101,9 @@ class TrainConfig:
     draft_vocab_max: int = 16384  # the auto K's ceiling: the head is a draft call's and a training step's biggest
     # matmul, and a target with flat outputs (the random-init 350M) needed K 54,528 of 65,536 for 99 %, which made a
     # 350M draft call's head 31 ms against 5.0 ms at 16,384 (docs/real-targets.md); ids outside it are misses
+    feature_weight: float = 0.0  # > 0: also pull each block row's hidden state toward the target's own hidden state
+    # at the row that predicts the same token (the last tap, by cosine; EAGLE's feature regression): a dense target
+    # per row where the label gives one id. 0: off, and left out of every recorded config (LATE_TRAIN_KNOBS)
     row_sampling: str = "auto"  # importance-sample the block rows that reach the head (`sample_rows`): on, off, or
     # auto = on at a real vocabulary (>= LARGE_VOCAB), where the head dominates a step
 
@@ -107,6 +114,20 @@ def matmul_autocast(dtype: torch.dtype):
     if dtype == torch.bfloat16:
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def train_config_dict(tcfg: "TrainConfig") -> dict:
+    """`tcfg` as a dict, its LATE_TRAIN_KNOBS left out at their defaults (what configs recorded before them)."""
+    d = asdict(tcfg)
+    for k, default in LATE_TRAIN_KNOBS.items():
+        if d[k] == default:
+            del d[k]
+    return d
+
+
+def check_feature_weight(w) -> None:
+    if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 100.0:
+        raise BadInputError(f"train feature_weight must be a number in 0..100, got {str(w)[:40]!r}")
 
 
 def resolve_matmul_dtype(name: str, vocab: int, device: str = "cpu") -> torch.dtype:
@@ -322,7 +343,7 @@ def sample_rows(n: int, M: int, B: int, gamma: float, gen: torch.Generator) -> t
 
 def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *,
                compute_dtype: torch.dtype | None = None, norm_blocks: int | None = None, model=None,
-               keep: torch.Tensor | None = None, preds: torch.Tensor | None = None):
+               keep: torch.Tensor | None = None, preds: torch.Tensor | None = None, feature_weight: float = 0.0):
     """Position-decayed CE of all anchors' blocks in one masked forward; (loss, accuracy per position [B]).
 
     `targets`: (ids, probs) from `soft_targets`, else the labels. `norm_blocks`: the blocks of the whole global
@@ -331,6 +352,8 @@ def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *
     `sample_rows` drew (the others skip the head; accuracy is over the kept rows of each position). `preds`
     [n, T]: the target's prediction of every token (teacher-forced text): the labels, valid only as long as
     the text follows them. A draft vocabulary (`cfg.draft_vocab`) puts the head over its K rows only.
+    `feature_weight` > 0 adds (1 - cosine) between block row k's hidden state and the last tap at row a+k-1 (the
+    target's hidden state that predicts label k), position-decayed like the CE, over the rows whose label trains.
     """
     cfg = drafter.cfg
     sampled = keep
@@ -365,6 +388,16 @@ def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *
         top = drafter.d2t[top]
     blocks = norm_blocks or n * M
     loss = (ce * row_w.to(ce.dtype)).sum() / (blocks * float(w.sum())) * (dist.world_size() if norm_blocks else 1)
+    if feature_weight:
+        H = h.shape[-1]
+        rows_at = (anc.unsqueeze(-1) + torch.arange(B)).view(n, -1)  # row a+k-1 predicts label k
+        tgt = ft[..., -H:].gather(1, rows_at.unsqueeze(-1).expand(-1, -1, H)).view(n, M, B, H)
+        dt = torch.promote_types(h.dtype, torch.float32)  # float32 at least (bf16 autocast), float64 kept
+        cos = F.cosine_similarity(h.to(dt), tgt.to(dt), dim=-1)
+        fw = (w.to(cos.dtype).expand(n, M, B)[loss_rows] if sampled is None else  # as the CE's row weights
+              torch.ones(int(loss_rows.sum()), dtype=cos.dtype))
+        feat = ((1.0 - cos[loss_rows]) * fw).sum() / (blocks * float(w.sum()))
+        loss = loss + feature_weight * feat * (dist.world_size() if norm_blocks else 1)
     hits = torch.zeros(n, M, B)
     hits[loss_rows] = (top == labels[loss_rows]).float()
     acc = hits.sum(dim=(0, 1)) / keep.sum(dim=(0, 1)).clamp(min=1)
@@ -463,6 +496,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     if teacher is None:
         teacher = TeacherData([list(s) for s in seqs], [1] * len(seqs), None)
     check_sequences(rt, teacher.sequences, "drafter training")
+    check_feature_weight(tcfg.feature_weight)
     tcfg = resolve_schedule(tcfg, dcfg.vocab_size)
 
     t0 = time.perf_counter()
@@ -573,7 +607,8 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
             with matmul_autocast(matmul_dtype):
                 loss, acc = block_loss(drafter, embed, head, tok, ft, anc_r, tcfg.gamma, targets,
                                        compute_dtype=matmul_dtype, norm_blocks=len(idx) * anc.shape[1], model=model,
-                                       keep=keep[mine] if keep is not None else None, preds=preds)
+                                       keep=keep[mine] if keep is not None else None, preds=preds,
+                                       feature_weight=tcfg.feature_weight)
         else:  # more ranks than sequences: a zero contribution still joins DDP's gradient reduction
             loss = sum(p.sum() * 0.0 for p in drafter.parameters())
             acc = torch.zeros(B)
@@ -621,7 +656,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
                                           tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=exact,
                                           shard=True)
     metrics = {
-        "train_config": asdict(tcfg),
+        "train_config": train_config_dict(tcfg),
         "matmul_dtype": str(matmul_dtype).replace("torch.", ""),
         "row_sampling": row_sampling,
         "distilled_top_k": distill,
@@ -658,7 +693,8 @@ def _checkpoint_key(data: TeacherData, dcfg: DrafterConfig, tcfg: TrainConfig, i
     """What a checkpoint must have been written for: the same data, drafter, recipe, initialisation (the `init`
     hook's record, when there is one) and world size."""
     doc = {"seqs": hashlib.sha256(json.dumps(data.sequences).encode()).hexdigest(), "drafter": dcfg.to_dict(),
-           "train": {k: v for k, v in asdict(tcfg).items() if k != "budget_minutes"}, "world": dist.world_size()}
+           "train": {k: v for k, v in train_config_dict(tcfg).items() if k != "budget_minutes"},
+           "world": dist.world_size()}
     if init is not None:
         doc["init"] = init
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
