@@ -89,6 +89,11 @@ def _flag(text: str) -> bool:
     return str(text).strip().lower() in ("1", "true", "yes")
 
 
+# 1,000,000 seeds x 64 tokens is 64 M teacher tokens, far past what any machine this lab targets generates in a
+# day; the bound keeps a typo from allocating a seed list of billions.
+MAX_TRAIN_SEEDS = 1_000_000
+
+
 @dataclass(frozen=True)
 class Option:
     """One knob. `cli` is the `python -m dflash_core` flag, `pytest` the pytest option (None: not there)."""
@@ -189,6 +194,13 @@ OPTIONS: tuple[Option, ...] = (
            type=_train_budget, cli="--train-budget",
            default_text="15 at a vocabulary >= 16,384 (a real target), none for the mini target",
            commands=("prepare",)),
+    # The teacher data's size: on 2 cores the default is what a 30-minute prepare affords; with more cores or a GPU,
+    # more seeds are the lever the drafter needs (docs/real-targets.md, "How accuracy grows with the teacher data").
+    Option("train_seeds", "DFLASH_TRAIN_SEEDS", None, "train seeds prepare cuts from the training text, each "
+           "continued by the target for 64 greedy tokens: the drafter's teacher data (teacher time grows in "
+           "proportion; a text with fewer usable starts gives what it has, recorded in the manifest)", type=int,
+           minimum=1, maximum=MAX_TRAIN_SEEDS, cli="--train-seeds",
+           default_text="2,368 (the shipped English corpus offers 4,000)", commands=("prepare",)),
     Option("home", "DFLASH_HOME", "~/.cache/dflash-mini-lab", "artifact cache: the mini target, the drafter and the "
            "method fits", cli="--home", commands=RUNS + ("bench", "export", "import", "export-drafter")),
     # 256: far above any CPU the lab runs on; torch creates the threads it is asked for (1,000,000 hung the run).

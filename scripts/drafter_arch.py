@@ -10,6 +10,9 @@ plain dflash's tokens per target call on the benchmark prompts. Nothing is writt
 
     python scripts/drafter_arch.py --target DIR --seeds 800 --forced-tokens 65536 --steps 300 \
         --variants base,deep3,init3 --out arch.json
+    # data scaling: nested shares of the teacher data, one common held-out set
+    python scripts/drafter_arch.py --target DIR --seeds 100000 --corpus-seeds 3976 --steps 3000 --budget off \
+        --shares 0.5,1 --out scaling.json
 """
 
 from __future__ import annotations
@@ -94,6 +97,46 @@ def tau_by_task(rt, drafter, ps, tokens: int, width: int) -> dict:
     return out
 
 
+def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
+    """Prepare's drafter trained on nested shares of the generated trajectories, each scored on one common held-out
+    set that no share trains on. Why: a row per data size with its own held-out split mixes the data's effect with
+    the split's; here the shares grow by adding trajectories (a seeded order) and the held-out set is fixed, so the
+    rows differ in training data only."""
+    import random
+
+    import torch
+    from recipe_variants import tau_per_width
+
+    from dflash_core.prepare.train import eval_accuracy, train_drafter
+
+    order = list(range(len(teacher)))
+    random.Random(tcfg.seed + 11).shuffle(order)
+    n_held = min(a.common_heldout, len(order) // 5)
+    held, rest = teacher.select(sorted(order[:n_held])), order[n_held:]
+    embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+    rows = []
+    for share in (float(x) for x in a.shares.split(",")):
+        if not 0 < share <= 1:
+            raise SystemExit(f"error: --shares must be numbers in (0, 1], got {a.shares!r}")
+        part = teacher.select(sorted(rest[: max(2, round(len(rest) * share))]))
+        data = part if forced is None else part.extend(forced)
+        t1 = time.perf_counter()
+        drafter, m = train_drafter(rt, data.sequences, dcfg, tcfg, teacher=data)
+        seconds = time.perf_counter() - t1
+        acc, loss = eval_accuracy(drafter, embed, head, held, None, list(range(len(held))), tcfg.anchors_per_sequence,
+                                  tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors,
+                                  compute_dtype=torch.float32)
+        row = {"share": share, "trajectories": len(part), "generated_tokens": sum(len(s) for s in part.sequences),
+               "train_seconds": seconds, "steps_run": m["steps_run"], "best_step": m["best_step"],
+               "tokens_seen": m["tokens_seen"], "common_heldout_accuracy": acc, "common_heldout_loss": loss,
+               "own_heldout_accuracy": m["heldout_position_accuracy"], "heldout_curve": m["heldout_curve"],
+               "draft_vocabulary": m["draft_vocabulary"], "tau": tau_per_width(rt, drafter, prompts, 48, widths)}
+        print(json.dumps({k: row[k] for k in ("share", "trajectories", "train_seconds", "tau", "common_heldout_loss")}
+                         | {"acc": [round(x, 3) for x in acc[:6]]}), file=sys.stderr, flush=True)
+        rows.append(row)
+    return {"common_heldout_trajectories": len(held), "rows": rows}
+
+
 def main(argv=None) -> dict:
     import torch
     from recipe_variants import tau_per_width
@@ -140,13 +183,23 @@ def main(argv=None) -> dict:
                     "(prepare's rule: 15 min at a real vocabulary)")
     ap.add_argument("--feature-weight", type=float, default=None, help="TrainConfig.feature_weight: the cosine pull "
                     "of each block row toward the target's hidden state (last tap) at the row predicting its label")
+    ap.add_argument("--corpus-seeds", type=int, default=None, help="PrepareConfig.corpus_seeds: train seeds cut from "
+                    "the training text (prepare's default 2,368); with --seeds, how much teacher data there is")
+    ap.add_argument("--train-data", default=None, help="training text the seeds are cut from (as prepare's "
+                    "--train-data; default the shipped corpus)")
+    ap.add_argument("--shares", default=None, help="data scaling, e.g. 0.5,1: prepare's drafter (the first variant) "
+                    "trained on nested shares of the generated trajectories, every row scored on one common held-out "
+                    "set none of them trains on (--common-heldout trajectories)")
+    ap.add_argument("--common-heldout", type=int, default=256)
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ensure_console_logging()
     torch.set_num_threads(a.threads)
-    base = replace(PrepareConfig(), forced_tokens=a.forced_tokens)
+    base = replace(PrepareConfig(), forced_tokens=a.forced_tokens,
+                   **{k: v for k, v in (("corpus_seeds", a.corpus_seeds), ("train_data", a.train_data))
+                      if v is not None})
     rt = load_target(a.target, "cpu", "float32")
     family = family_for(rt, base)
     torch.manual_seed(base.seed)
@@ -191,6 +244,13 @@ def main(argv=None) -> dict:
                                                         ("gamma", a.gamma), ("anchors", a.anchor_rule),
                                                         ("feature_weight", a.feature_weight))
                       if v is not None})
+    if a.shares:
+        doc = data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths)
+        doc |= {"target": a.target, "identity": rt.info.get("identity"), "teacher_seconds": t_teacher,
+                "forced": forced_rec, "threads": a.threads, "machine": platform.processor() or platform.machine(),
+                "loadavg": list(os.getloadavg())}
+        Path(a.out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        return doc
     rows = []
     for name in a.variants.split(","):
         cfg, how = variant_config(name, dcfg, rt.model)

@@ -137,8 +137,20 @@ def test_prepare_train_budget_off_reaches_prepare(clean_env, recorders):
     assert call["train_budget"] == "off"
 
 
+@pytest.mark.parametrize("argv,env", [(["--train-seeds", "5000"], {}), ([], {"DFLASH_TRAIN_SEEDS": "5000"})])
+def test_prepare_passes_train_seeds(clean_env, recorders, monkeypatch, argv, env):
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert cli.main(["prepare", *argv]) == 0
+    (call,) = recorders["prepare"]
+    assert call["train_seeds"] == 5000
+
+
 @pytest.mark.parametrize("argv,message", [(["--train-data", "/no/such/file.txt"], "no such file"),
-                                          (["--train-budget", "0"], "must be a number of minutes > 0")])
+                                          (["--train-budget", "0"], "must be a number of minutes > 0"),
+                                          (["--train-seeds", "0"], "must be an integer >= 1"),
+                                          (["--train-seeds", "2000000"], "must be an integer <= 1000000"),
+                                          (["--train-seeds", "many"], "train")])
 def test_prepare_refuses_bad_train_data_before_anything_is_built(clean_env, recorders, capsys, argv, message):
     try:
         rc = cli.main(["prepare", *argv])

@@ -178,6 +178,41 @@ def test_recorded_config_is_accepted_only_without_an_explicit_config_and_only_fo
     assert "another prepare recipe" in config_mismatch(old, TINY_PREP, accept_recorded=True)
 
 
+def test_a_given_train_seeds_count_is_compared_even_where_the_recorded_config_is_accepted():
+    """`prepare --train-seeds N` on a home prepared with another count must rebuild, not report "present": the
+    artifact directory is one per target, so accepting the recorded config would keep the old teacher data."""
+    from dflash_core.prepare.pipeline import RECIPE, config_mismatch
+
+    doc = {"recipe": RECIPE, "prepare_config": json.loads(json.dumps(TINY_PREP.to_dict()))}
+    more = replace(TINY_PREP, corpus_seeds=TINY_PREP.corpus_seeds + 100)
+    assert "corpus_seeds" in config_mismatch(doc, more, accept_recorded=True, pinned=("corpus_seeds",))
+    assert config_mismatch(doc, more, accept_recorded=True) is None  # not given on the command line: accepted
+    # a pinned knob that matches leaves the other recorded settings accepted
+    other = replace(TINY_PREP, aux_steps=TINY_PREP.aux_steps + 1)
+    assert config_mismatch(doc, other, accept_recorded=True, pinned=("corpus_seeds",)) is None
+
+
+def test_train_seeds_sets_the_seed_count_and_pins_it(tmp_path, monkeypatch):
+    import dflash_core.prepare.pipeline as pipeline
+
+    seen = []
+    monkeypatch.setattr(pipeline, "_prepare", lambda target, **kw: seen.append(kw) or tmp_path)
+    pipeline.prepare("mini", home=tmp_path / "home", train_seeds=50)
+    pipeline.prepare("mini", home=tmp_path / "home")
+    assert seen[0]["cfg"].corpus_seeds == 50 and seen[0]["pinned"] == ("corpus_seeds",)
+    assert seen[1]["cfg"].corpus_seeds == pipeline.PrepareConfig().corpus_seeds and seen[1]["pinned"] == ()
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.5, "100", 10**9])
+def test_bad_train_seeds_are_refused_before_any_work(bad, tmp_path):
+    from dflash_core.errors import BadInputError
+    from dflash_core.prepare.pipeline import prepare
+
+    with pytest.raises(BadInputError, match="--train-seeds must be an integer"):
+        prepare("mini", home=tmp_path / "home", train_seeds=bad)
+    assert not (tmp_path / "home").exists()
+
+
 def test_the_fits_run_without_the_teacher_taps_in_memory(tiny_dir, tmp_path, monkeypatch):
     """The teacher's taps are the largest data prepare holds (~2.6 GB at 350M); the fits read only the
     trajectories, so the taps must be gone before the fits build their own examples (not both at the peak)."""

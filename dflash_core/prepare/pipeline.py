@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ArtifactError, BadInputError
 from ..methods import FitContext, fit_files, fitters
-from ..options import MAX_THREADS, env_value
+from ..options import MAX_THREADS, MAX_TRAIN_SEEDS, env_value
 from ..progress import ensure_console_logging
 from ..runtime.allocator import trim_free_memory
 from ..runtime.device import torch_threads
@@ -305,7 +305,7 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
 def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,
             cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
             drafter: str | None = None, train_data: str | None = None,
-            train_budget: float | str | None = None) -> Path:
+            train_budget: float | str | None = None, train_seeds: int | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
     With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
@@ -318,7 +318,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     artifacts (every fitter runs on it) go to their own directory, keyed by the drafter's content hash.
     `train_data` (--train-data) and `train_budget` (--train-budget, minutes, or 'off': the steps alone decide)
     override cfg.train_data and cfg.train.budget_minutes; artifacts built from other training text (by content
-    hash) are rebuilt.
+    hash) are rebuilt. `train_seeds` (--train-seeds) overrides cfg.corpus_seeds, the teacher data's size; artifacts
+    built with another count are rebuilt even where the home's recorded config is otherwise accepted.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     Under torchrun (WORLD_SIZE > 1) every rank runs this: teacher generation is sharded, training is DDP,
     and rank 0 alone holds the lock and writes (`distributed`).
@@ -336,6 +337,12 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     check_feature_weight(t.feature_weight)
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
+    pinned: tuple[str, ...] = ()  # knobs given on this run: compared even where the recorded config is accepted
+    if train_seeds is not None:
+        if isinstance(train_seeds, bool) or not isinstance(train_seeds, int) or not 1 <= train_seeds <= MAX_TRAIN_SEEDS:
+            raise BadInputError(f"--train-seeds must be an integer in 1..{MAX_TRAIN_SEEDS}, "
+                                f"got {str(train_seeds)[:40]!r}")
+        cfg, pinned = replace(cfg, corpus_seeds=train_seeds), ("corpus_seeds",)
     if train_budget is not None:
         if train_budget == "off":
             budget = None
@@ -349,7 +356,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     dist.init_from_env("cpu")
     with torch_threads(dist.threads_per_rank(cfg.threads)), home_lock(home, wait_message="another prepare is running"):
         return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt,
-                        accept_recorded=accept_recorded, drafter=drafter)
+                        accept_recorded=accept_recorded, drafter=drafter, pinned=pinned)
 
 
 def work_dir(out: Path, cfg: PrepareConfig) -> Path:
@@ -360,9 +367,11 @@ def work_dir(out: Path, cfg: PrepareConfig) -> Path:
     return out.parent.parent / "work" / f"{out.name}-{hashlib.sha256(doc.encode()).hexdigest()[:12]}"
 
 
-def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False) -> str | None:
+def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False,
+                    pinned: tuple[str, ...] = ()) -> str | None:
     """Why a manifest's artifacts are not what `cfg` asks for (None when they are): another RECIPE, or (unless
-    `accept_recorded`) other settings. `threads` is recorded but not compared (see `prepare`)."""
+    `accept_recorded`) other settings; the `pinned` settings are compared either way. `threads` is recorded but not
+    compared (see `prepare`)."""
     if doc.get("recipe") != RECIPE:
         return f"built by another prepare recipe ({doc.get('recipe')!r} != {RECIPE!r})"
     want = {k: v for k, v in json.loads(json.dumps(cfg.to_dict())).items() if k != "threads"}
@@ -370,21 +379,24 @@ def config_mismatch(doc: dict, cfg: PrepareConfig, accept_recorded: bool = False
     if not isinstance(have, dict):
         return "the manifest records no prepare config"
     have = {k: v for k, v in have.items() if k != "threads"}
-    if have == want or accept_recorded:
-        return None
     diff = sorted(k for k in set(want) | set(have) if want.get(k) != have.get(k))
+    if accept_recorded:
+        diff = [k for k in diff if k in pinned]
+    if not diff:
+        return None
     return "built with another prepare config (" + ", ".join(
         f"{k}: {have.get(k)!r} != {want.get(k)!r}" for k in diff[:4]) + ")"
 
 
 def present_and_verified(out: Path, ident: dict, required: tuple[str, ...], cfg: PrepareConfig,
-                         accept_recorded: bool, source_sha: str | None, train_sha: str | None = None) -> bool:
+                         accept_recorded: bool, source_sha: str | None, train_sha: str | None = None,
+                         pinned: tuple[str, ...] = ()) -> bool:
     """`out` holds every required file, verified against its manifest, built by this recipe (and config), from
     that training text (by SHA-256, `--train-data`) and for an imported drafter from that very drafter: a
     repeated prepare has nothing to do."""
     try:
         doc = read_manifest(out, ident, required=required)
-        why = config_mismatch(doc, cfg, accept_recorded)
+        why = config_mismatch(doc, cfg, accept_recorded, pinned)
         if not why and source_sha is not None and (doc.get("drafter") or {}).get("source_sha256") != source_sha:
             why = "built from another drafter"
         if not why and train_sha is not None and (doc.get("train_data") or {}).get("sha256") != train_sha:
@@ -415,7 +427,7 @@ def adopt_own(doc: dict, own: Path, out: Path, ident: dict, drafter: str, source
 
 
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
-             accept_recorded: bool = False, drafter: str | None = None) -> Path:
+             accept_recorded: bool = False, drafter: str | None = None, pinned: tuple[str, ...] = ()) -> Path:
     import torch
 
     t_start = time.perf_counter()
@@ -440,11 +452,11 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         train_sha = load_train_text(cfg.train_data, family).sha256  # refused here, before any work, when unusable
     done = None  # rank 0 decides what is already there (it alone reads the home under the lock); all ranks follow
     if not refresh and lead:
-        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha, train_sha):
+        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha, train_sha, pinned):
             done = "present"
         elif imported is not None:
             doc = same_as_own(imported, own, ident, required, log)
-            if doc is not None and not config_mismatch(doc, cfg, accept_recorded):
+            if doc is not None and not config_mismatch(doc, cfg, accept_recorded, pinned):
                 adopt_own(doc, own, out, ident, drafter, source_sha, t_start)
                 done = "adopted"
     done = dist.broadcast_object(done)
