@@ -11,7 +11,7 @@ plain dflash's tokens per target call on the benchmark prompts. Nothing is writt
     python scripts/drafter_arch.py --target DIR --seeds 800 --forced-tokens 65536 --steps 300 \
         --variants base,deep3,init3 --out arch.json
     # data scaling: nested shares of the teacher data, one common held-out set
-    python scripts/drafter_arch.py --target DIR --seeds 100000 --corpus-seeds 3976 --steps 3000 --budget off \
+    python scripts/drafter_arch.py --target DIR --seeds 100000 --corpus-seeds 4000 --steps 3000 --budget off \
         --shares 0.5,1 --out scaling.json
 """
 

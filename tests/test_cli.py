@@ -119,31 +119,23 @@ def test_prepare_honours_threads(clean_env, recorders, monkeypatch, argv, env):
     assert threads == 3
 
 
-@pytest.mark.parametrize("argv,env", [(["--train-data", "DATA", "--train-budget", "12.5"], {}),
-                                      ([], {"DFLASH_TRAIN_DATA": "DATA", "DFLASH_TRAIN_BUDGET": "12.5"})])
-def test_prepare_passes_train_data_and_budget(clean_env, recorders, monkeypatch, tmp_path, argv, env):
+@pytest.mark.parametrize("argv,env", [(["--train-data", "DATA", "--train-budget", "12.5", "--train-seeds", "5000"], {}),
+                                      ([], {"DFLASH_TRAIN_DATA": "DATA", "DFLASH_TRAIN_BUDGET": "12.5",
+                                            "DFLASH_TRAIN_SEEDS": "5000"})])
+def test_prepare_passes_train_data_budget_and_seeds(clean_env, recorders, monkeypatch, tmp_path, argv, env):
     data = tmp_path / "text.txt"
     data.write_text("A line of training text that is long enough.\n", encoding="utf-8")
     for var, value in env.items():
         monkeypatch.setenv(var, value.replace("DATA", str(data)))
     assert cli.main(["prepare", *[str(data) if x == "DATA" else x for x in argv]]) == 0
     (call,) = recorders["prepare"]
-    assert call["train_data"] == str(data) and call["train_budget"] == 12.5
+    assert call["train_data"] == str(data) and call["train_budget"] == 12.5 and call["train_seeds"] == 5000
 
 
 def test_prepare_train_budget_off_reaches_prepare(clean_env, recorders):
     assert cli.main(["prepare", "--train-budget", "off"]) == 0
     (call,) = recorders["prepare"]
     assert call["train_budget"] == "off"
-
-
-@pytest.mark.parametrize("argv,env", [(["--train-seeds", "5000"], {}), ([], {"DFLASH_TRAIN_SEEDS": "5000"})])
-def test_prepare_passes_train_seeds(clean_env, recorders, monkeypatch, argv, env):
-    for var, value in env.items():
-        monkeypatch.setenv(var, value)
-    assert cli.main(["prepare", *argv]) == 0
-    (call,) = recorders["prepare"]
-    assert call["train_seeds"] == 5000
 
 
 @pytest.mark.parametrize("argv,message", [(["--train-data", "/no/such/file.txt"], "no such file"),
