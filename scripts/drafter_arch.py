@@ -191,6 +191,11 @@ def main(argv=None) -> dict:
                     "trained on nested shares of the generated trajectories, every row scored on one common held-out "
                     "set none of them trains on (--common-heldout trajectories)")
     ap.add_argument("--common-heldout", type=int, default=256)
+    ap.add_argument("--distill-top-k", type=int, default=None, help="TrainConfig.distill_top_k: soft targets from "
+                    "the target's top-k logits (the teacher set records them; a --teacher-cache must hold them)")
+    ap.add_argument("--distill-weight", type=float, default=None, help="TrainConfig.distill_weight")
+    ap.add_argument("--teacher-top-k", type=int, default=None, help="top-k logits recorded in a new teacher set "
+                    "(default: --distill-top-k), so one --teacher-cache serves runs with and without distillation")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
@@ -219,12 +224,15 @@ def main(argv=None) -> dict:
         blob = torch.load(cache, weights_only=True)
         teacher, seeds_kept = TeacherData(**blob["teacher"]), blob["seeds_kept"]
     else:
-        teacher = teacher_data(rt, seeds, base.traj_tokens, taps, 0)
+        teacher = teacher_data(rt, seeds, base.traj_tokens, taps, a.teacher_top_k or a.distill_top_k or 0)
         _, seeds_kept, held = drop_leaking_trajectories(rt, teacher.sequences, seeds)
         drop = set(held.get("dropped_indexes", []))
         teacher = teacher.select([i for i in range(len(teacher)) if i not in drop])
         if cache is not None:
             torch.save({"teacher": dict(vars(teacher)), "seeds_kept": [list(s) for s in seeds_kept]}, cache)
+    if a.distill_top_k and (teacher.top_ids is None or teacher.top_ids[0].shape[-1] < a.distill_top_k):
+        raise SystemExit(f"error: the teacher set records fewer than {a.distill_top_k} top-k logits: build a new "
+                         "--teacher-cache with --teacher-top-k of at least --distill-top-k")
     fcfg = replace(base, train_data=a.forced_data) if a.forced_data else base
     forced, forced_rec = forced_teacher(rt, fcfg, family, seeds_kept, taps, False)
     data = teacher if forced is None else teacher.extend(forced)
@@ -242,7 +250,9 @@ def main(argv=None) -> dict:
     tcfg = replace(base.train, steps=a.steps, patience=100, budget_minutes=budget,
                    **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch),
                                                         ("gamma", a.gamma), ("anchors", a.anchor_rule),
-                                                        ("feature_weight", a.feature_weight))
+                                                        ("feature_weight", a.feature_weight),
+                                                        ("distill_top_k", a.distill_top_k),
+                                                        ("distill_weight", a.distill_weight))
                       if v is not None})
     if a.shares:
         doc = data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths)

@@ -190,6 +190,25 @@ def test_soft_targets_mix_the_label_with_the_targets_top_k_where_recorded():
     assert torch.equal(ids[0, 1, :, 1], torch.tensor([7, 8, 9])) and torch.equal(ids[0, 1, :, 0], labels[0, 1])
 
 
+
+def test_teacher_forced_text_beside_the_trajectories_keeps_their_top_k():
+    # forced text records no top-k logits; extending the trajectories with it once dropped every trajectory's, so a
+    # prepare with distillation at a real vocabulary (forced text on) trained on hard labels without saying so
+    from dflash_core.prepare.teacher import TeacherData
+    from dflash_core.prepare.train import soft_targets
+
+    seq = list(range(1, 13))
+    top_ids = torch.tensor([[t + 2, 99, 98] for t in range(3, 11)])
+    gen = TeacherData([seq], [4], None, [torch.tensor([[2.0, 1.0, 0.0]] * 8)], [top_ids])
+    forced = TeacherData([list(range(20, 32))], [1], preds=[torch.arange(20, 32)])
+    for data, g, f in ((gen.extend(forced), 0, 1), (forced.extend(gen), 1, 0)):
+        assert data.top_ids is not None and data.top_ids[f].shape == (0, 3)
+        assert data.top_logits[f].dtype == torch.float32
+        anc = torch.tensor([[5]])
+        ids, probs = soft_targets(data, [g, f], anc.expand(2, 1), torch.zeros(2, 1, 3, dtype=torch.long), 3, 3, 0.5)
+        assert torch.equal(ids[0, 0, :, 1], torch.tensor([7, 8, 9])) and bool((probs[0, 0, :, 0] == 0.5).all())
+        torch.testing.assert_close(probs[1, 0], torch.tensor([[1.0, 0, 0, 0]] * 3))  # forced: the label alone
+
 def test_training_hands_freed_memory_back_at_each_evaluation(monkeypatch):
     # runtime/allocator.py: without it glibc keeps the steps' freed buffers (gigabytes over a 350M training)
     import dflash_core.prepare.train as train_mod

@@ -67,14 +67,24 @@ class TeacherData:
         return torch.tensor(self.sequences[i][self.prompt_lens[i]:], dtype=torch.long)
 
     def extend(self, other: "TeacherData") -> "TeacherData":
-        """These sequences followed by `other`'s (same taps; top-k logits kept only when both have them)."""
+        """These sequences followed by `other`'s (same taps). Top-k logits: where only one side has them (generated
+        trajectories beside teacher-forced text, which records none), the other side's sequences get empty [0, k]
+        rows, so distillation still covers the trajectories that have them and the rest train on their labels."""
         n, m = len(self), len(other)
         both = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
+        top = lambda a, b, d: None if a is None and b is None else \
+            (a or _empty_top(b, n, d)) + (b or _empty_top(a, m, d))  # noqa: E731
         preds = None if self.preds is None and other.preds is None else \
             (self.preds or [None] * n) + (other.preds or [None] * m)
         return TeacherData(self.sequences + other.sequences, self.prompt_lens + other.prompt_lens,
-                           both(self.taps, other.taps), both(self.top_logits, other.top_logits),
-                           both(self.top_ids, other.top_ids), self.tap_layers or other.tap_layers, preds)
+                           both(self.taps, other.taps), top(self.top_logits, other.top_logits, torch.float32),
+                           top(self.top_ids, other.top_ids, torch.long), self.tap_layers or other.tap_layers, preds)
+
+
+def _empty_top(like: list[torch.Tensor] | None, count: int, dtype: torch.dtype) -> list[torch.Tensor]:
+    """`count` empty [0, k] top-k rows, k as in `like` (the side that has them)."""
+    k = like[0].shape[-1] if like else 0
+    return [torch.empty(0, k, dtype=dtype) for _ in range(count)]
 
 
 def length_buckets(seqs: Sequence[Sequence[int]], size: int) -> list[list[int]]:
