@@ -131,3 +131,22 @@ def test_feature_weight_is_left_out_of_the_recorded_config_at_its_default_and_re
     cfg = PrepareConfig()
     assert "feature_weight" not in cfg.to_dict()["train"]  # homes and the reference bundle stay current
     assert replace(cfg, train=replace(cfg.train, feature_weight=0.5)).to_dict()["train"]["feature_weight"] == 0.5
+
+
+@pytest.mark.parametrize("top_k, weight, match", [
+    (-1, 0.5, "distill_top_k"), (4096, 0.5, "distill_top_k"), (True, 0.5, "distill_top_k"),
+    (8.0, 0.5, "distill_top_k"), (8, 1.5, "distill_weight"), (8, -0.1, "distill_weight"),
+    (8, float("nan"), "distill_weight"), (8, "1", "distill_weight"),
+])
+def test_prepare_refuses_bad_distillation_knobs_before_any_work(tmp_path, top_k, weight, match):
+    # a weight above 1 gave the label a negative probability: the soft cross-entropy then rewards missing it
+    from dataclasses import replace
+
+    from dflash_core.errors import BadInputError
+    from dflash_core.prepare.pipeline import PrepareConfig, prepare
+    from dflash_core.prepare.train import TrainConfig
+
+    cfg = PrepareConfig(train=replace(TrainConfig(), distill_top_k=top_k, distill_weight=weight))
+    with pytest.raises(BadInputError, match=match):
+        prepare("mini", home=tmp_path / "home", cfg=cfg, progress=False)
+    assert not (tmp_path / "home").exists()

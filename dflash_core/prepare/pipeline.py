@@ -58,6 +58,7 @@ from .teacher import TeacherData, forced_data, teacher_data
 from .train import (
     LARGE_VOCAB,
     TrainConfig,
+    check_distill,
     check_draft_bounds,
     check_feature_weight,
     resolve_schedule,
@@ -335,6 +336,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     check_anchor_embed(cfg.anchor_embed)
     check_teacher_dtype(cfg.teacher_dtype)
     check_feature_weight(t.feature_weight)
+    check_distill(t.distill_top_k, t.distill_weight)
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
     pinned: tuple[str, ...] = ()  # knobs given on this run: compared even where the recorded config is accepted

@@ -125,9 +125,21 @@ def train_config_dict(tcfg: "TrainConfig") -> dict:
     return d
 
 
+MAX_DISTILL_TOP_K = 1024  # the teacher keeps k ids and logits per generated token (12 bytes each) in memory
+
+
 def check_feature_weight(w) -> None:
     if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 100.0:
         raise BadInputError(f"train feature_weight must be a number in 0..100, got {str(w)[:40]!r}")
+
+
+def check_distill(top_k, weight) -> None:
+    """Distillation knobs refused before a teacher pass: a weight outside 0..1 makes negative target probabilities."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= MAX_DISTILL_TOP_K:
+        raise BadInputError(f"train distill_top_k must be an integer in 0..{MAX_DISTILL_TOP_K}, "
+                            f"got {str(top_k)[:40]!r}")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
+        raise BadInputError(f"train distill_weight must be a number in 0..1, got {str(weight)[:40]!r}")
 
 
 def resolve_matmul_dtype(name: str, vocab: int, device: str = "cpu") -> torch.dtype:
@@ -497,6 +509,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         teacher = TeacherData([list(s) for s in seqs], [1] * len(seqs), None)
     check_sequences(rt, teacher.sequences, "drafter training")
     check_feature_weight(tcfg.feature_weight)
+    check_distill(tcfg.distill_top_k, tcfg.distill_weight)
     tcfg = resolve_schedule(tcfg, dcfg.vocab_size)
 
     t0 = time.perf_counter()
