@@ -194,6 +194,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--distill-top-k", type=int, default=None, help="TrainConfig.distill_top_k: soft targets from "
                     "the target's top-k logits (the teacher set records them; a --teacher-cache must hold them)")
     ap.add_argument("--distill-weight", type=float, default=None, help="TrainConfig.distill_weight")
+    ap.add_argument("--train-seed", type=int, default=None, help="TrainConfig.seed: the drafter's initialisation, "
+                    "batches and splits (with --shares also the common held-out set), for a replicate of a comparison")
     ap.add_argument("--teacher-top-k", type=int, default=None, help="top-k logits recorded in a new teacher set "
                     "(default: --distill-top-k), so one --teacher-cache serves runs with and without distillation")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
@@ -252,7 +254,8 @@ def main(argv=None) -> dict:
                                                         ("gamma", a.gamma), ("anchors", a.anchor_rule),
                                                         ("feature_weight", a.feature_weight),
                                                         ("distill_top_k", a.distill_top_k),
-                                                        ("distill_weight", a.distill_weight))
+                                                        ("distill_weight", a.distill_weight),
+                                                        ("seed", a.train_seed))
                       if v is not None})
     if a.shares:
         doc = data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths)
