@@ -58,9 +58,7 @@ from .teacher import TeacherData, forced_data, teacher_data
 from .train import (
     LARGE_VOCAB,
     TrainConfig,
-    check_distill,
-    check_draft_bounds,
-    check_feature_weight,
+    check_train_knobs,
     resolve_schedule,
     train_config_dict,
     train_drafter,
@@ -331,12 +329,10 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
             raise BadInputError(f"--threads must be an integer in 1..{MAX_THREADS}, got {threads!r}")
         cfg = replace(cfg, threads=threads)
-    t = cfg.train  # refused here, not after a teacher pass of minutes
-    check_draft_bounds(t.draft_coverage, t.draft_vocab_min, t.draft_vocab_max)
+    # refused here, not after a teacher pass of minutes
+    check_train_knobs(cfg.train)
     check_anchor_embed(cfg.anchor_embed)
     check_teacher_dtype(cfg.teacher_dtype)
-    check_feature_weight(t.feature_weight)
-    check_distill(t.distill_top_k, t.distill_weight)
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
     pinned: tuple[str, ...] = ()  # knobs given on this run: compared even where the recorded config is accepted

@@ -212,6 +212,14 @@ def check_draft_bounds(coverage, floor, cap) -> None:
         raise BadInputError(f"draft_vocab_min {floor} is above draft_vocab_max {cap}: lower the floor or raise the cap")
 
 
+def check_train_knobs(tcfg: TrainConfig) -> None:
+    """The TrainConfig knobs checked up front, refused at once: prepare calls this before the teacher
+    pass (minutes), `train_drafter` for its direct callers."""
+    check_draft_bounds(tcfg.draft_coverage, tcfg.draft_vocab_min, tcfg.draft_vocab_max)
+    check_feature_weight(tcfg.feature_weight)
+    check_distill(tcfg.distill_top_k, tcfg.distill_weight)
+
+
 def draft_vocabulary(counts: torch.Tensor, size: str | int, coverage: float, floor: int = 0,
                      cap: int = 0) -> torch.Tensor:
     """The draft-to-target map: the K most frequent ids (ties by id, so it is deterministic), K given or the
@@ -508,8 +516,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     if teacher is None:
         teacher = TeacherData([list(s) for s in seqs], [1] * len(seqs), None)
     check_sequences(rt, teacher.sequences, "drafter training")
-    check_feature_weight(tcfg.feature_weight)
-    check_distill(tcfg.distill_top_k, tcfg.distill_weight)
+    check_train_knobs(tcfg)
     tcfg = resolve_schedule(tcfg, dcfg.vocab_size)
 
     t0 = time.perf_counter()
