@@ -11,6 +11,7 @@ plain dflash's tokens per target call on the benchmark prompts. Nothing is writt
     python scripts/drafter_arch.py --target DIR --seeds 800 --forced-tokens 65536 --steps 300 \
         --variants base,deep3,init3 --out arch.json
     # data scaling: nested shares of the teacher data, one common held-out set
+    # (--selection-study: also the state each TrainConfig.select rule keeps, from the same run)
     python scripts/drafter_arch.py --target DIR --seeds 100000 --corpus-seeds 4000 --steps 3000 --budget off \
         --shares 0.5,1 --out scaling.json
 """
@@ -107,7 +108,7 @@ def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
     import torch
     from recipe_variants import tau_per_width
 
-    from dflash_core.prepare.train import eval_accuracy, train_drafter
+    from dflash_core.prepare.train import SELECT_RULES, HeldoutEval, heldout_eval, train_drafter
 
     order = list(range(len(teacher)))
     random.Random(tcfg.seed + 11).shuffle(order)
@@ -120,17 +121,42 @@ def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
             raise SystemExit(f"error: --shares must be numbers in (0, 1], got {a.shares!r}")
         part = teacher.select(sorted(rest[: max(2, round(len(rest) * share))]))
         data = part if forced is None else part.extend(forced)
+        states: dict[int, dict] = {}
+
+        def keep_state(step, drafter, _row, states=states):
+            states[step] = {k: v.detach().clone() for k, v in drafter.state_dict().items()}
+
         t1 = time.perf_counter()
-        drafter, m = train_drafter(rt, data.sequences, dcfg, tcfg, teacher=data)
+        drafter, m = train_drafter(rt, data.sequences, dcfg, tcfg, teacher=data,
+                                   observe=keep_state if a.selection_study else None)
         seconds = time.perf_counter() - t1
-        acc, loss = eval_accuracy(drafter, embed, head, held, None, list(range(len(held))), tcfg.anchors_per_sequence,
-                                  tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors,
-                                  compute_dtype=torch.float32)
+
+        def common(d) -> dict:
+            ev = heldout_eval(d, embed, head, held, None, list(range(len(held))), tcfg.anchors_per_sequence,
+                              tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=torch.float32)
+            return {"common_heldout_accuracy": ev.accuracy, "common_heldout_loss": ev.loss,
+                    "common_heldout_accepted": ev.accepted, "tau": tau_per_width(rt, d, prompts, 48, widths)}
+
         row = {"share": share, "trajectories": len(part), "generated_tokens": sum(len(s) for s in part.sequences),
                "train_seconds": seconds, "steps_run": m["steps_run"], "best_step": m["best_step"],
-               "tokens_seen": m["tokens_seen"], "common_heldout_accuracy": acc, "common_heldout_loss": loss,
-               "own_heldout_accuracy": m["heldout_position_accuracy"], "heldout_curve": m["heldout_curve"],
-               "draft_vocabulary": m["draft_vocabulary"], "tau": tau_per_width(rt, drafter, prompts, 48, widths)}
+               "tokens_seen": m["tokens_seen"], "own_heldout_accuracy": m["heldout_position_accuracy"],
+               "heldout_curve": m["heldout_curve"], "draft_vocabulary": m["draft_vocabulary"]} | common(drafter)
+        if a.selection_study:  # the state each rule would keep, from the one run, scored on the common set
+            curve = m["heldout_curve"]
+            evs = [HeldoutEval([r["heldout_mean_accuracy"]], r["heldout_loss"], r["heldout_accepted"]) for r in curve]
+            picks = {rule: curve[max(range(len(curve)), key=lambda i: evs[i].score(rule))]["step"]
+                     for rule in SELECT_RULES} | {"last": curve[-1]["step"]}
+            scored: dict[int, dict] = {}
+            for rule, step in picks.items():
+                if step not in scored:
+                    drafter.load_state_dict(states[step])
+                    scored[step] = {"step": step} | common(drafter)
+                print(json.dumps({"rule": rule, "step": step, "tau": scored[step]["tau"],
+                                  "accepted": round(scored[step]["common_heldout_accepted"], 4),
+                                  "acc": [round(x, 3) for x in scored[step]["common_heldout_accuracy"][:4]]}),
+                      file=sys.stderr, flush=True)
+            row["selection"] = {rule: scored[step] for rule, step in picks.items()}
+        acc = row["common_heldout_accuracy"]
         print(json.dumps({k: row[k] for k in ("share", "trajectories", "train_seconds", "tau", "common_heldout_loss")}
                          | {"acc": [round(x, 3) for x in acc[:6]]}), file=sys.stderr, flush=True)
         rows.append(row)
@@ -198,9 +224,15 @@ def main(argv=None) -> dict:
                     "batches and splits (with --shares also the common held-out set), for a replicate of a comparison")
     ap.add_argument("--teacher-top-k", type=int, default=None, help="top-k logits recorded in a new teacher set "
                     "(default: --distill-top-k), so one --teacher-cache serves runs with and without distillation")
+    ap.add_argument("--selection-study", action="store_true", help="with --shares: keep the state at every held-out "
+                    "evaluation and score the one each TrainConfig.select rule (and the last step) would keep on the "
+                    "common held-out set, all from one training run (patience is off here, so the run is the same)")
+    ap.add_argument("--select", default=None, choices=("accuracy", "loss", "accepted"), help="TrainConfig.select")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
+    if a.selection_study and not a.shares:
+        raise SystemExit("error: --selection-study needs --shares (it scores states on the common held-out set)")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ensure_console_logging()
     torch.set_num_threads(a.threads)
@@ -255,7 +287,7 @@ def main(argv=None) -> dict:
                                                         ("feature_weight", a.feature_weight),
                                                         ("distill_top_k", a.distill_top_k),
                                                         ("distill_weight", a.distill_weight),
-                                                        ("seed", a.train_seed))
+                                                        ("seed", a.train_seed), ("select", a.select))
                       if v is not None})
     if a.shares:
         doc = data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths)

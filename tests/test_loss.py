@@ -123,14 +123,15 @@ def test_bad_feature_weights_are_refused(bad):
         check_feature_weight(bad)
 
 
-def test_feature_weight_is_left_out_of_the_recorded_config_at_its_default_and_recorded_when_set():
+@pytest.mark.parametrize("knob, value", [("feature_weight", 0.5), ("select", "loss")])
+def test_late_train_knobs_are_left_out_of_the_recorded_config_at_their_default_and_recorded_when_set(knob, value):
     from dataclasses import replace
 
     from dflash_core.prepare.pipeline import PrepareConfig
 
     cfg = PrepareConfig()
-    assert "feature_weight" not in cfg.to_dict()["train"]  # homes and the reference bundle stay current
-    assert replace(cfg, train=replace(cfg.train, feature_weight=0.5)).to_dict()["train"]["feature_weight"] == 0.5
+    assert knob not in cfg.to_dict()["train"]  # homes and the reference bundle stay current
+    assert replace(cfg, train=replace(cfg.train, **{knob: value})).to_dict()["train"][knob] == value
 
 
 @pytest.mark.parametrize("top_k, weight, match", [

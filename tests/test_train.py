@@ -18,8 +18,11 @@ from dflash_core.prepare.train import (
     REAL_VOCAB_BUDGET,
     REAL_VOCAB_PATIENCE,
     REAL_VOCAB_STEPS,
+    SELECT_RULES,
     TrainConfig,
+    accepted_runs,
     eval_accuracy,
+    heldout_eval,
     length_buckets,
     resolve_schedule,
     split_trajectories,
@@ -123,6 +126,41 @@ def test_early_stopping_returns_the_best_heldout_state():
     assert acc == m["heldout_position_accuracy"]  # the returned drafter is the best one, not the last one
     assert sum(acc) / len(acc) == best
     assert len(m["train_position_accuracy"]) == drafter.cfg.block_size
+
+
+def test_accepted_runs_count_the_leading_correct_drafts_only():
+    hits = torch.tensor([[1, 1, 0, 1], [0, 1, 1, 1], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.float32)
+    assert accepted_runs(hits).tolist() == [2, 0, 4, 0]  # a hit after the first miss is never accepted
+
+
+@pytest.mark.parametrize("select", ["loss", "accepted"])
+def test_the_select_rule_picks_the_kept_state(select):
+    # the early-stopping recipe without the stop: held-out figures rise and fall, so the rules disagree
+    tcfg = TrainConfig(steps=60, batch_sequences=4, anchors_per_sequence=4, lr=0.05, warmup=1, val_fraction=0.25,
+                       eval_every=2, patience=1000, seed=6, matmul_dtype="float32", select=select)
+    rt, seqs, drafter, m = _tiny_training(tcfg)
+    curve = m["heldout_curve"]
+    key = {"loss": lambda c: -c["heldout_loss"], "accepted": lambda c: c["heldout_accepted"]}[select]
+    want = max(curve, key=key)  # the first best look, as the loop keeps it
+    by_accuracy = max(curve, key=lambda c: c["heldout_mean_accuracy"])
+    assert want["step"] != by_accuracy["step"]  # the rule decides here, else the test could not fail
+    assert m["best_step"] == want["step"]
+    assert m["heldout_loss"] == want["heldout_loss"] and m["heldout_accepted"] == want["heldout_accepted"]
+    assert m["train_config"]["select"] == select
+    embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+    feats = [trajectory_taps(rt, s, (1,)) for s in seqs]
+    _, val_ids = split_trajectories(len(seqs), tcfg.seed, tcfg.val_fraction)
+    ev = heldout_eval(drafter, embed, head, seqs, feats, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
+                      tcfg.batch_sequences)
+    assert ev.accepted == want["heldout_accepted"]  # the returned drafter is that state
+    assert ev.accuracy[0] <= ev.accepted <= sum(ev.accuracy)  # a run needs position 1, and counts each hit once
+
+
+@pytest.mark.parametrize("bad", ["mean", "", None, 1, "Loss"])
+def test_a_bad_select_rule_is_refused_before_training(bad):
+    tcfg = TrainConfig(steps=2, select=bad)
+    with pytest.raises(BadInputError, match="select must be one of " + ", ".join(SELECT_RULES)):
+        _tiny_training(tcfg)
 
 
 def test_a_training_budget_stops_training_and_keeps_the_best_state():

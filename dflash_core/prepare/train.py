@@ -66,7 +66,9 @@ LARGE_VOCAB = 16384
 MINI_STEPS, MINI_PATIENCE = 600, 4
 # Train knobs added after homes and the reference bundle were built: at these defaults they train what was trained
 # before them, so they are left out of every recorded config and key (pipeline.LATE_KNOBS' rule for TrainConfig).
-LATE_TRAIN_KNOBS = {"feature_weight": 0.0}
+LATE_TRAIN_KNOBS = {"feature_weight": 0.0, "select": "accuracy"}
+# The held-out figures a kept training state can be chosen on (TrainConfig.select), each as "higher is better".
+SELECT_RULES = ("accuracy", "loss", "accepted")
 REAL_VOCAB_STEPS, REAL_VOCAB_PATIENCE, REAL_VOCAB_BUDGET = 3000, 20, 15.0
 
 
@@ -106,6 +108,9 @@ class TrainConfig:
     # per row where the label gives one id. 0: off, and left out of every recorded config (LATE_TRAIN_KNOBS)
     row_sampling: str = "auto"  # importance-sample the block rows that reach the head (`sample_rows`): on, off, or
     # auto = on at a real vocabulary (>= LARGE_VOCAB), where the head dominates a step
+    select: str = "accuracy"  # the held-out figure that picks the kept state and drives `patience`: 'accuracy' (mean
+    # over the block's positions), 'loss' (lowest), 'accepted' (mean run of correct drafts from position 1 per block,
+    # the teacher-forced image of tokens per target call); accuracy is left out of recorded configs (LATE_TRAIN_KNOBS)
 
 
 def matmul_autocast(dtype: torch.dtype):
@@ -218,6 +223,8 @@ def check_train_knobs(tcfg: TrainConfig) -> None:
     check_draft_bounds(tcfg.draft_coverage, tcfg.draft_vocab_min, tcfg.draft_vocab_max)
     check_feature_weight(tcfg.feature_weight)
     check_distill(tcfg.distill_top_k, tcfg.distill_weight)
+    if not isinstance(tcfg.select, str) or tcfg.select not in SELECT_RULES:
+        raise BadInputError(f"train select must be one of {', '.join(SELECT_RULES)}, got {str(tcfg.select)[:40]!r}")
 
 
 def draft_vocabulary(counts: torch.Tensor, size: str | int, coverage: float, floor: int = 0,
@@ -361,10 +368,19 @@ def sample_rows(n: int, M: int, B: int, gamma: float, gen: torch.Generator) -> t
     return torch.rand(n, M, B, generator=gen, dtype=torch.float64) < w
 
 
+def accepted_runs(hits: torch.Tensor) -> torch.Tensor:
+    """Per block, its leading correct drafts ([..., B] of 0/1 -> [...]): what one verification of the block accepts
+    (the target's own token after them is the +1 of tokens per target call)."""
+    return hits.cumprod(-1).sum(-1)
+
+
 def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *,
                compute_dtype: torch.dtype | None = None, norm_blocks: int | None = None, model=None,
-               keep: torch.Tensor | None = None, preds: torch.Tensor | None = None, feature_weight: float = 0.0):
-    """Position-decayed CE of all anchors' blocks in one masked forward; (loss, accuracy per position [B]).
+               keep: torch.Tensor | None = None, preds: torch.Tensor | None = None, feature_weight: float = 0.0,
+               runs: bool = False):
+    """Position-decayed CE of all anchors' blocks in one masked forward; (loss, accuracy per position [B]), and
+    with `runs` a third item: the mean over blocks of the run of correct drafts from position 1 (a row that does not
+    train, e.g. past the end of followed teacher-forced text, ends the run).
 
     `targets`: (ids, probs) from `soft_targets`, else the labels. `norm_blocks`: the blocks of the whole global
     batch (DDP: each rank's loss is its share of the global mean, times the world size, since DDP averages).
@@ -421,6 +437,8 @@ def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *
     hits = torch.zeros(n, M, B)
     hits[loss_rows] = (top == labels[loss_rows]).float()
     acc = hits.sum(dim=(0, 1)) / keep.sum(dim=(0, 1)).clamp(min=1)
+    if runs:
+        return loss, acc, accepted_runs(hits).mean()
     return loss, acc
 
 
@@ -439,12 +457,28 @@ def eval_anchors(data: TeacherData, i: int, anchors: int, B: int, rule: str, see
     return draw_anchors(data, [i], anchors, B, rule, gen)[0]
 
 
+@dataclass(frozen=True)
+class HeldoutEval:
+    """One teacher-forced evaluation: accuracy per block position, the training loss, and the mean accepted run."""
+    accuracy: list[float]
+    loss: float
+    accepted: float
+
+    def score(self, rule: str) -> float:
+        """The figure `rule` (SELECT_RULES) ranks states by, higher is better."""
+        if rule == "loss":
+            return -self.loss
+        if rule == "accepted":
+            return self.accepted
+        return sum(self.accuracy) / len(self.accuracy)
+
+
 @torch.no_grad()
-def eval_accuracy(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int], anchors: int, seed: int,
-                  batch: int, *, rule: str = "all", compute_dtype: torch.dtype | None = None,
-                  shard: bool = False) -> tuple[list[float], float]:
-    """Teacher-forced per-position accuracy (and loss) of the drafter on trajectories `idx`, at fixed seeded
-    anchors (the same anchors every call, so successive evaluations compare like with like).
+def heldout_eval(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int], anchors: int, seed: int,
+                 batch: int, *, rule: str = "all", compute_dtype: torch.dtype | None = None,
+                 shard: bool = False) -> HeldoutEval:
+    """Teacher-forced per-position accuracy, loss and accepted run of the drafter on trajectories `idx`, at fixed
+    seeded anchors (the same anchors every call, so successive evaluations compare like with like).
 
     `data`: TeacherData, or plain sequences with their taps in `feats`. `shard`: each rank evaluates every
     world-th trajectory and the sums are reduced, so all ranks get the whole result.
@@ -455,22 +489,32 @@ def eval_accuracy(drafter: DFlashDrafter, embed, head, data, feats, idx: list[in
     was = drafter.training
     drafter.eval()
     mine = idx[dist.rank()::dist.world_size()] if shard else idx
-    sums = torch.zeros(cfg.block_size + 2, dtype=torch.float64)  # hits per position, loss sum, count
+    sums = torch.zeros(cfg.block_size + 3, dtype=torch.float64)  # hits per position, run, loss sum, count
     for j in range(0, len(mine), batch):
         part = mine[j:j + batch]
         tok, ft = _batch(data, part)
         anc = torch.stack([eval_anchors(data, i, anchors, cfg.block_size, rule, seed) for i in part])
         with matmul_autocast(compute_dtype):
-            loss, acc = block_loss(drafter, embed, head, tok, ft, anc, 4.0, compute_dtype=compute_dtype,
-                                   preds=_preds(data, part, tok))
-        sums[:-2] += acc.double() * len(part)
+            loss, acc, run = block_loss(drafter, embed, head, tok, ft, anc, 4.0, compute_dtype=compute_dtype,
+                                        preds=_preds(data, part, tok), runs=True)
+        sums[:-3] += acc.double() * len(part)
+        sums[-3] += float(run) * len(part)
         sums[-2] += float(loss) * len(part)
         sums[-1] += len(part)
     if shard:
         dist.all_reduce_sum(sums)
     drafter.train(was)
     n = max(float(sums[-1]), 1.0)
-    return (sums[:-2] / n).tolist(), float(sums[-2]) / n
+    return HeldoutEval((sums[:-3] / n).tolist(), float(sums[-2]) / n, float(sums[-3]) / n)
+
+
+def eval_accuracy(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int], anchors: int, seed: int,
+                  batch: int, *, rule: str = "all", compute_dtype: torch.dtype | None = None,
+                  shard: bool = False) -> tuple[list[float], float]:
+    """`heldout_eval`'s (accuracy per position, loss)."""
+    ev = heldout_eval(drafter, embed, head, data, feats, idx, anchors, seed, batch, rule=rule,
+                      compute_dtype=compute_dtype, shard=shard)
+    return ev.accuracy, ev.loss
 
 
 # --- checkpoints ------------------------------------------------------------------------------------------
@@ -505,12 +549,14 @@ def _load_opt_state(opt, blob: dict) -> None:
 
 def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfig, progress: bool = False,
                   *, teacher: TeacherData | None = None, work: Path | None = None,
-                  init=None) -> tuple[DFlashDrafter, dict]:
+                  init=None, observe=None) -> tuple[DFlashDrafter, dict]:
     """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest.
 
     `teacher`: trajectories with their taps (and top-k logits) from the teacher pass; without it the taps of
     `seqs` are computed here. `work`: where checkpoints go and a killed run resumes from. `init`: called on the
     freshly initialised drafter before training (e.g. `drafter_init.init_from_target`); returns a record.
+    `observe(step, drafter, curve_row)`: called after each held-out evaluation (a study keeps states to compare
+    selection rules); it must not change the drafter.
     Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
     """
     if teacher is None:
@@ -566,7 +612,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     opt = torch.optim.AdamW(drafter.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay)
     gen = torch.Generator().manual_seed(tcfg.seed + 1)
     st: dict = {"step": 0, "losses": [], "accs": [], "curve": [], "since_best": 0, "train_seconds": 0.0,
-                "best": {"score": -1.0, "step": 0, "state": None, "acc": None, "loss": None}}
+                "best": {"score": None, "step": 0, "state": None, "acc": None, "loss": None}}
     key = _checkpoint_key(data, dcfg, tcfg, init_record)
     ckpt = work / CHECKPOINT_FILE if work is not None else None
     resumed = load_checkpoint(ckpt, key) if ckpt is not None else None
@@ -585,15 +631,17 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     budget = 60.0 * tcfg.budget_minutes if tcfg.budget_minutes else None
 
     def evaluate(step: int) -> None:
-        acc, vloss = eval_accuracy(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence,
-                                   tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=matmul_dtype,
-                                   shard=True)
-        score = sum(acc) / len(acc)
-        st["curve"].append({"step": step, "heldout_mean_accuracy": score, "heldout_loss": vloss})
+        ev = heldout_eval(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
+                          tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=matmul_dtype, shard=True)
+        acc, vloss, score = ev.accuracy, ev.loss, ev.score(tcfg.select)
+        st["curve"].append({"step": step, "heldout_mean_accuracy": sum(acc) / len(acc), "heldout_loss": vloss,
+                            "heldout_accepted": ev.accepted})
         trim_free_memory()  # else glibc keeps the steps' freed buffers: gigabytes at 350M (runtime/allocator.py)
-        log.info("step %d: held-out accuracy per position %s (mean %.3f), loss %.3f", step,
-                 " ".join(f"{a:.2f}" for a in acc), score, vloss)
-        if score > st["best"]["score"]:
+        log.info("step %d: held-out accuracy per position %s (mean %.3f), loss %.3f, accepted run %.3f", step,
+                 " ".join(f"{a:.2f}" for a in acc), sum(acc) / len(acc), vloss, ev.accepted)
+        if observe is not None:
+            observe(step, drafter, st["curve"][-1])
+        if st["best"]["state"] is None or score > st["best"]["score"]:
             st["best"] = {"score": score, "step": step, "state": copy.deepcopy(drafter.state_dict()), "acc": acc,
                           "loss": vloss}
             st["since_best"] = 0
@@ -647,7 +695,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         if val_ids and (step % tcfg.eval_every == 0 or step == tcfg.steps or out_of_time):
             evaluate(step)
             if st["since_best"] >= tcfg.patience:
-                stop = (f"held-out accuracy did not improve for {st['since_best']} evaluations: stopping at step "
+                stop = (f"held-out {tcfg.select} did not improve for {st['since_best']} evaluations: stopping at step "
                         f"{step} (best {st['best']['step']})")
         if out_of_time and stop is None:
             stop = f"the training budget of {tcfg.budget_minutes} min is spent: stopping at step {step}"
@@ -667,9 +715,10 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     tail = max(1, min(50, len(losses)))
     # Reported figures in float32 whatever the training matmuls used: the decode's argmax is float32.
     exact = rt.dtype
-    heldout_acc, heldout_loss = (eval_accuracy(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence,
-                                               tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors,
-                                               compute_dtype=exact, shard=True) if val_ids else (None, None))
+    final = (heldout_eval(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
+                          tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=exact, shard=True)
+             if val_ids else HeldoutEval(None, None, None))
+    heldout_acc, heldout_loss = final.accuracy, final.loss
     # the train split evaluated exactly like the held-out one (same anchors rule, same count): the gap is overfit
     train_eval = sorted(random.Random(tcfg.seed + 4).sample(train_ids, min(len(train_ids), max(len(val_ids), 1))))
     train_acc, train_loss = eval_accuracy(drafter, embed, head, data, None, train_eval, tcfg.anchors_per_sequence,
@@ -696,6 +745,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         "train_eval_loss": train_loss,
         "heldout_position_accuracy": heldout_acc,
         "heldout_loss": heldout_loss,
+        "heldout_accepted": final.accepted,
         "heldout_selection_accuracy": best["acc"],  # the same evaluation in the training matmuls' dtype
         "best_step": best["step"] if best["state"] is not None else len(losses),
         "steps_run": len(losses),
