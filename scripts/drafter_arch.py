@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -67,6 +68,60 @@ def templated_seeds(rt, seeds: list[list[int]], share: float, keep_first: int = 
     return out
 
 
+def fail(message: str) -> NoReturn:
+    """Bad input: one `error:` line and exit 2 (1 is kept for a failed result, as the lab's CLI does)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_shares(text: str) -> list[float]:
+    try:
+        shares = [float(x) for x in text.split(",")]
+    except ValueError:
+        shares = []
+    if not shares or not all(0 < x <= 1 for x in shares):
+        fail(f"--shares must be numbers in (0, 1], got {text[:40]!r}")
+    return shares
+
+
+VARIANT = re.compile(r"(base|anchor|mask|block|deep\d|init\d)(\+emb)*")
+
+
+def checked_knobs(a, base):
+    """The training config and widths the arguments ask for, every knob checked before the target loads:
+    (TrainConfig, widths)."""
+    from dflash_core.errors import BadInputError
+    from dflash_core.prepare.train import check_train_knobs
+
+    if a.selection_study and not a.shares:
+        fail("--selection-study needs --shares (it scores states on the common held-out set)")
+    if a.shares:
+        parse_shares(a.shares)
+    bad = [v for v in a.variants.split(",") if not VARIANT.fullmatch(v)]
+    if bad:
+        fail(f"unknown variant {bad[0][:40]!r} (base, anchor, mask, block, deepN, initN, each with an optional +emb)")
+    try:
+        widths = [int(w) for w in a.widths.split(",")]
+        budget = a.budget if a.budget == "auto" else None if a.budget == "off" else float(a.budget)
+    except ValueError:
+        fail(f"--widths must be integers and --budget minutes, 'off' or 'auto', got {a.widths[:40]!r}, "
+             f"{a.budget[:40]!r}")
+    if a.distill_top_k and a.teacher_top_k and a.teacher_top_k < a.distill_top_k:
+        fail("--teacher-top-k must be at least --distill-top-k (the teacher set records the logits distilled)")
+    tcfg = replace(base.train, steps=a.steps, patience=100, budget_minutes=budget,
+                   **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch),
+                                        ("gamma", a.gamma), ("anchors", a.anchor_rule),
+                                        ("feature_weight", a.feature_weight), ("distill_top_k", a.distill_top_k),
+                                        ("distill_weight", a.distill_weight), ("seed", a.train_seed),
+                                        ("select", a.select))
+                      if v is not None})
+    try:
+        check_train_knobs(tcfg)
+    except BadInputError as exc:
+        fail(str(exc))
+    return tcfg, widths
+
+
 def variant_config(name: str, dcfg, model):
     """(drafter config, init callable or None) of a variant name: base, deepN, initN."""
     from dflash_core.prepare.drafter_init import target_shaped
@@ -80,7 +135,7 @@ def variant_config(name: str, dcfg, model):
         return replace(dcfg, anchor_feature=name), None
     m = re.fullmatch(r"(deep|init)(\d)", name)
     if not m:
-        raise SystemExit(f"error: unknown variant {name!r} (base, anchor, mask, block, deepN, initN)")
+        fail(f"unknown variant {name!r} (base, anchor, mask, block, deepN, initN, each with an optional +emb)")
     cfg = replace(dcfg, num_layers=int(m.group(2)))
     if m.group(1) == "deep":
         return cfg, None
@@ -116,9 +171,7 @@ def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
     held, rest = teacher.select(sorted(order[:n_held])), order[n_held:]
     embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
     rows = []
-    for share in (float(x) for x in a.shares.split(",")):
-        if not 0 < share <= 1:
-            raise SystemExit(f"error: --shares must be numbers in (0, 1], got {a.shares!r}")
+    for share in parse_shares(a.shares):
         part = teacher.select(sorted(rest[: max(2, round(len(rest) * share))]))
         data = part if forced is None else part.extend(forced)
         states: dict[int, dict] = {}
@@ -231,14 +284,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
-    if a.selection_study and not a.shares:
-        raise SystemExit("error: --selection-study needs --shares (it scores states on the common held-out set)")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ensure_console_logging()
-    torch.set_num_threads(a.threads)
     base = replace(PrepareConfig(), forced_tokens=a.forced_tokens,
                    **{k: v for k, v in (("corpus_seeds", a.corpus_seeds), ("train_data", a.train_data))
                       if v is not None})
+    tcfg, widths = checked_knobs(a, base)  # refused here, not after a teacher pass of minutes
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    ensure_console_logging()
+    torch.set_num_threads(a.threads)
     rt = load_target(a.target, "cpu", "float32")
     family = family_for(rt, base)
     torch.manual_seed(base.seed)
@@ -249,7 +301,7 @@ def main(argv=None) -> dict:
     if a.taps:  # the teacher set keeps prepare's taps; train_drafter computes the others' in one forward
         taps_train = tuple(int(t) for t in a.taps.split(","))
         if not all(0 <= t < rt.num_layers for t in taps_train):
-            raise SystemExit(f"error: --taps must name layers 0..{rt.num_layers - 1}, got {a.taps!r}")
+            fail(f"--taps must name layers 0..{rt.num_layers - 1}, got {a.taps!r}")
     else:
         taps_train = taps
     t0 = time.perf_counter()
@@ -265,8 +317,8 @@ def main(argv=None) -> dict:
         if cache is not None:
             torch.save({"teacher": dict(vars(teacher)), "seeds_kept": [list(s) for s in seeds_kept]}, cache)
     if a.distill_top_k and (teacher.top_ids is None or teacher.top_ids[0].shape[-1] < a.distill_top_k):
-        raise SystemExit(f"error: the teacher set records fewer than {a.distill_top_k} top-k logits: build a new "
-                         "--teacher-cache with --teacher-top-k of at least --distill-top-k")
+        fail(f"the teacher set records fewer than {a.distill_top_k} top-k logits: build a new --teacher-cache with "
+             "--teacher-top-k of at least --distill-top-k")
     fcfg = replace(base, train_data=a.forced_data) if a.forced_data else base
     forced, forced_rec = forced_teacher(rt, fcfg, family, seeds_kept, taps, False)
     data = teacher if forced is None else teacher.extend(forced)
@@ -279,16 +331,6 @@ def main(argv=None) -> dict:
                          mask_token_id=mask_token_for(rt.config))
     ps = load_prompts(family)
     prompts = [rt.encode(p) for p in ps.benchmark[:4]]
-    widths = [int(w) for w in a.widths.split(",")]
-    budget = a.budget if a.budget == "auto" else None if a.budget == "off" else float(a.budget)
-    tcfg = replace(base.train, steps=a.steps, patience=100, budget_minutes=budget,
-                   **{k: v for k, v in (("lr", a.lr), ("anchors_per_sequence", a.anchors), ("batch_sequences", a.batch),
-                                                        ("gamma", a.gamma), ("anchors", a.anchor_rule),
-                                                        ("feature_weight", a.feature_weight),
-                                                        ("distill_top_k", a.distill_top_k),
-                                                        ("distill_weight", a.distill_weight),
-                                                        ("seed", a.train_seed), ("select", a.select))
-                      if v is not None})
     if a.shares:
         doc = data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths)
         doc |= {"target": a.target, "identity": rt.info.get("identity"), "teacher_seconds": t_teacher,
