@@ -280,7 +280,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--selection-study", action="store_true", help="with --shares: keep the state at every held-out "
                     "evaluation and score the one each TrainConfig.select rule (and the last step) would keep on the "
                     "common held-out set, all from one training run (patience is off here, so the run is the same)")
-    ap.add_argument("--select", default=None, choices=("accuracy", "loss", "accepted"), help="TrainConfig.select")
+    ap.add_argument("--select", default=None, choices=("auto", "accuracy", "loss", "accepted"),
+                    help="TrainConfig.select (default auto: loss at a real vocabulary)")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)

@@ -123,7 +123,7 @@ def test_bad_feature_weights_are_refused(bad):
         check_feature_weight(bad)
 
 
-@pytest.mark.parametrize("knob, value", [("feature_weight", 0.5), ("select", "loss")])
+@pytest.mark.parametrize("knob, value", [("feature_weight", 0.5), ("select", "loss"), ("select", "accepted")])
 def test_late_train_knobs_are_left_out_of_the_recorded_config_at_their_default_and_recorded_when_set(knob, value):
     from dataclasses import replace
 
@@ -132,6 +132,15 @@ def test_late_train_knobs_are_left_out_of_the_recorded_config_at_their_default_a
     cfg = PrepareConfig()
     assert knob not in cfg.to_dict()["train"]  # homes and the reference bundle stay current
     assert replace(cfg, train=replace(cfg.train, **{knob: value})).to_dict()["train"][knob] == value
+
+
+def test_an_explicit_accuracy_rule_records_what_drafters_selected_before_the_knob_were_recorded_with():
+    from dataclasses import replace
+
+    from dflash_core.prepare.pipeline import PrepareConfig
+
+    cfg = PrepareConfig()
+    assert replace(cfg, train=replace(cfg.train, select="accuracy")).to_dict() == cfg.to_dict()
 
 
 @pytest.mark.parametrize("top_k, weight, match", [

@@ -281,3 +281,32 @@ def test_knobs_added_since_leave_the_recorded_config_as_it_was_at_their_defaults
     assert config_mismatch(doc, PrepareConfig()) is None
     assert "anchor_embed" in config_mismatch(doc, PrepareConfig(anchor_embed=True))
     assert PrepareConfig(teacher_dtype="bfloat16").to_dict()["teacher_dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("vocab, want", [(64, "accuracy"), (16384, "loss")])
+def test_prepare_resolves_the_selection_rule_for_the_targets_vocabulary(tmp_path, monkeypatch, vocab, want):
+    # the drafter trains (and the config is compared and recorded) with the rule resolved: loss at a real vocabulary,
+    # accuracy below it, where the recorded config stays what the reference bundle's manifest holds
+    import dflash_core.prepare.pipeline as P
+    from dflash_core.runtime.target import TargetRuntime
+
+    class Trained(Exception):
+        pass
+
+    seen = {}
+
+    def fake_train(rt, trajs, dcfg, tcfg, **kw):
+        seen["tcfg"] = tcfg
+        raise Trained
+
+    monkeypatch.setattr(P, "train_drafter", fake_train)
+    rt = TargetRuntime.from_model(build_tiny(TinySpec(dtype="float32", pattern="CACA", vocab_size=vocab,
+                                                      hidden_size=32, intermediate_size=64)))
+    cfg = tiny_prepare_config()
+    assert cfg.train.select == "auto"
+    with pytest.raises(Trained):
+        prepare("tiny", home=tmp_path / "home", cfg=cfg, rt=rt, progress=False)
+    assert seen["tcfg"].select == want
+    recorded = replace(cfg, train=seen["tcfg"]).to_dict()["train"]
+    assert recorded.get("select") == (None if want == "accuracy" else want)
+    assert cfg.to_dict()["train"] == {k: v for k, v in recorded.items() if k != "select"}

@@ -159,7 +159,7 @@ def test_the_select_rule_picks_the_kept_state(select):
 @pytest.mark.parametrize("bad", ["mean", "", None, 1, "Loss"])
 def test_a_bad_select_rule_is_refused_before_training(bad):
     tcfg = TrainConfig(steps=2, select=bad)
-    with pytest.raises(BadInputError, match="select must be one of " + ", ".join(SELECT_RULES)):
+    with pytest.raises(BadInputError, match="select must be one of auto, " + ", ".join(SELECT_RULES)):
         _tiny_training(tcfg)
 
 
@@ -180,13 +180,15 @@ def test_the_auto_schedule_is_the_minis_below_a_real_vocabulary_and_longer_and_b
     assert (real.steps, real.patience, real.budget_minutes) == (REAL_VOCAB_STEPS, REAL_VOCAB_PATIENCE,
                                                                  REAL_VOCAB_BUDGET)
     assert real.steps > mini.steps and real.patience > mini.patience
-    given = resolve_schedule(TrainConfig(steps=7, patience=2, budget_minutes=None), LARGE_VOCAB)
-    assert (given.steps, given.patience, given.budget_minutes) == (7, 2, None)  # explicit values win
+    assert (mini.select, real.select) == ("accuracy", "loss")  # the mini keeps the rule its bundle was built by
+    given = resolve_schedule(TrainConfig(steps=7, patience=2, budget_minutes=None, select="accepted"), LARGE_VOCAB)
+    assert (given.steps, given.patience, given.budget_minutes, given.select) == (7, 2, None, "accepted")
 
 
 @pytest.mark.parametrize("field,value", [("steps", 0), ("steps", "many"), ("steps", True), ("steps", 2.5),
                                          ("patience", -1), ("budget_minutes", 0), ("budget_minutes", float("nan")),
-                                         ("budget_minutes", float("inf")), ("budget_minutes", "soon")])
+                                         ("budget_minutes", float("inf")), ("budget_minutes", "soon"),
+                                         ("select", "mean"), ("select", None)])
 def test_the_schedule_refuses_bad_values(field, value):
     with pytest.raises(BadInputError, match=field):
         resolve_schedule(TrainConfig(**{field: value}), 100)

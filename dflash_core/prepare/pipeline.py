@@ -60,6 +60,7 @@ from .train import (
     TrainConfig,
     check_train_knobs,
     resolve_schedule,
+    resolve_select,
     train_config_dict,
     train_drafter,
 )
@@ -436,6 +437,9 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         dist.barrier()  # the other ranks load the mini target once rank 0 has built it
         rt = load_target(target, "cpu", "float32", home=home)
     ident = target_identity(rt)
+    # the selection rule resolved for this target before any config is compared or recorded: a real target's
+    # manifest names it, the mini's records what it always did (train.LATE_TRAIN_KNOBS)
+    cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size)))
     imported, source_sha = None, None
     if drafter:
         source = resolve_drafter_source(drafter)
