@@ -170,6 +170,14 @@ def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
     n_held = min(a.common_heldout, len(order) // 5)
     held, rest = teacher.select(sorted(order[:n_held])), order[n_held:]
     embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+
+    def common(d) -> dict:
+        """A drafter scored on the common held-out set (float32) and by tau."""
+        ev = heldout_eval(d, embed, head, held, None, list(range(len(held))), tcfg.anchors_per_sequence,
+                          tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=torch.float32)
+        return {"common_heldout_accuracy": ev.accuracy, "common_heldout_loss": ev.loss,
+                "common_heldout_accepted": ev.accepted, "tau": tau_per_width(rt, d, prompts, 48, widths)}
+
     rows = []
     for share in parse_shares(a.shares):
         part = teacher.select(sorted(rest[: max(2, round(len(rest) * share))]))
@@ -183,13 +191,6 @@ def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
         drafter, m = train_drafter(rt, data.sequences, dcfg, tcfg, teacher=data,
                                    observe=keep_state if a.selection_study else None)
         seconds = time.perf_counter() - t1
-
-        def common(d) -> dict:
-            ev = heldout_eval(d, embed, head, held, None, list(range(len(held))), tcfg.anchors_per_sequence,
-                              tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=torch.float32)
-            return {"common_heldout_accuracy": ev.accuracy, "common_heldout_loss": ev.loss,
-                    "common_heldout_accepted": ev.accepted, "tau": tau_per_width(rt, d, prompts, 48, widths)}
-
         row = {"share": share, "trajectories": len(part), "generated_tokens": sum(len(s) for s in part.sequences),
                "train_seconds": seconds, "steps_run": m["steps_run"], "best_step": m["best_step"],
                "tokens_seen": m["tokens_seen"], "own_heldout_accuracy": m["heldout_position_accuracy"],
@@ -230,7 +231,7 @@ def main(argv=None) -> dict:
         train_seed_ids,
     )
     from dflash_core.prepare.teacher import TeacherData, teacher_data
-    from dflash_core.prepare.train import train_drafter
+    from dflash_core.prepare.train import SELECT_RULES, train_drafter
     from dflash_core.progress import ensure_console_logging
     from dflash_core.runtime.drafter import DrafterConfig, default_taps, parameter_count
     from dflash_core.runtime.target import load_target
@@ -280,7 +281,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--selection-study", action="store_true", help="with --shares: keep the state at every held-out "
                     "evaluation and score the one each TrainConfig.select rule (and the last step) would keep on the "
                     "common held-out set, all from one training run (patience is off here, so the run is the same)")
-    ap.add_argument("--select", default=None, choices=("auto", "accuracy", "loss", "accepted"),
+    ap.add_argument("--select", default=None, choices=("auto", *SELECT_RULES),
                     help="TrainConfig.select (default auto: loss at a real vocabulary)")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")

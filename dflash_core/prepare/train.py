@@ -481,13 +481,17 @@ class HeldoutEval:
     loss: float
     accepted: float
 
+    @property
+    def mean_accuracy(self) -> float:
+        return sum(self.accuracy) / len(self.accuracy)
+
     def score(self, rule: str) -> float:
         """The figure `rule` (SELECT_RULES) ranks states by, higher is better."""
         if rule == "loss":
             return -self.loss
         if rule == "accepted":
             return self.accepted
-        return sum(self.accuracy) / len(self.accuracy)
+        return self.mean_accuracy
 
 
 @torch.no_grad()
@@ -651,11 +655,11 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         ev = heldout_eval(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
                           tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=matmul_dtype, shard=True)
         acc, vloss, score = ev.accuracy, ev.loss, ev.score(tcfg.select)
-        st["curve"].append({"step": step, "heldout_mean_accuracy": sum(acc) / len(acc), "heldout_loss": vloss,
+        st["curve"].append({"step": step, "heldout_mean_accuracy": ev.mean_accuracy, "heldout_loss": vloss,
                             "heldout_accepted": ev.accepted})
         trim_free_memory()  # else glibc keeps the steps' freed buffers: gigabytes at 350M (runtime/allocator.py)
         log.info("step %d: held-out accuracy per position %s (mean %.3f), loss %.3f, accepted run %.3f", step,
-                 " ".join(f"{a:.2f}" for a in acc), sum(acc) / len(acc), vloss, ev.accepted)
+                 " ".join(f"{a:.2f}" for a in acc), ev.mean_accuracy, vloss, ev.accepted)
         if observe is not None:
             observe(step, drafter, st["curve"][-1])
         if st["best"]["state"] is None or score > st["best"]["score"]:
