@@ -153,6 +153,28 @@ def tau_by_task(rt, drafter, ps, tokens: int, width: int) -> dict:
     return out
 
 
+def retapped(rt, teacher, taps, cache):
+    """The teacher set's taps at other layers (`--taps`): one batched forward over every trajectory, kept beside
+    a --teacher-cache as <cache>.taps-<layers>.pt so parallel runs of a tap study pay it once."""
+    import torch
+
+    from dflash_core.prepare.train import trajectories_taps
+
+    side = None if cache is None else cache.with_name(f"{cache.name}.taps-{'-'.join(map(str, taps))}.pt")
+    if side is not None and side.is_file():
+        feats = torch.load(side, weights_only=True)
+        if len(feats) == len(teacher) and all(f.shape[0] == len(s) - 1 for f, s in zip(feats, teacher.sequences)):
+            return feats
+        fail(f"{side} does not match the teacher set: delete it")
+    t0 = time.perf_counter()
+    # the teacher keeps the taps of the first L-1 rows (the last row feeds no label)
+    feats = [f[:-1].clone() for f in trajectories_taps(rt, teacher.sequences, taps, progress=True)]
+    print(f"taps {list(taps)} of {len(feats)} trajectories in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    if side is not None:
+        torch.save(feats, side)
+    return feats
+
+
 def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
     """Prepare's drafter trained on nested shares of the generated trajectories, each scored on one common held-out
     set that no share trains on. Why: a row per data size with its own held-out split mixes the data's effect with
@@ -300,7 +322,7 @@ def main(argv=None) -> dict:
     if a.templated:
         seeds = templated_seeds(rt, seeds, a.templated)
     taps = default_taps(rt.num_layers, min(base.n_taps, rt.num_layers))
-    if a.taps:  # the teacher set keeps prepare's taps; train_drafter computes the others' in one forward
+    if a.taps:  # the teacher set is generated with prepare's taps; `retapped` replaces them once
         taps_train = tuple(int(t) for t in a.taps.split(","))
         if not all(0 <= t < rt.num_layers for t in taps_train):
             fail(f"--taps must name layers 0..{rt.num_layers - 1}, got {a.taps!r}")
@@ -318,11 +340,13 @@ def main(argv=None) -> dict:
         teacher = teacher.select([i for i in range(len(teacher)) if i not in drop])
         if cache is not None:
             torch.save({"teacher": dict(vars(teacher)), "seeds_kept": [list(s) for s in seeds_kept]}, cache)
+    if tuple(teacher.tap_layers) != tuple(taps_train):
+        teacher.taps, teacher.tap_layers = retapped(rt, teacher, taps_train, cache), tuple(taps_train)
     if a.distill_top_k and (teacher.top_ids is None or teacher.top_ids[0].shape[-1] < a.distill_top_k):
         fail(f"the teacher set records fewer than {a.distill_top_k} top-k logits: build a new --teacher-cache with "
              "--teacher-top-k of at least --distill-top-k")
     fcfg = replace(base, train_data=a.forced_data) if a.forced_data else base
-    forced, forced_rec = forced_teacher(rt, fcfg, family, seeds_kept, taps, False)
+    forced, forced_rec = forced_teacher(rt, fcfg, family, seeds_kept, taps_train, False)
     data = teacher if forced is None else teacher.extend(forced)
     if a.zero_taps:
         data.taps = [torch.zeros_like(t) for t in data.taps]

@@ -249,6 +249,21 @@ def test_teacher_forced_text_beside_the_trajectories_keeps_their_top_k():
         assert torch.equal(ids[0, 0, :, 1], torch.tensor([7, 8, 9])) and bool((probs[0, 0, :, 0] == 0.5).all())
         torch.testing.assert_close(probs[1, 0], torch.tensor([[1.0, 0, 0, 0]] * 3))  # forced: the label alone
 
+
+def test_teacher_data_of_other_tap_layers_is_not_joined():
+    # the fusion reads a row's taps as one layout; rows tapped at other layers beside them would train it on
+    # features no decode feeds it (drafter_arch's --taps study once built its forced text at prepare's layers)
+    from dflash_core.prepare.teacher import TeacherData
+
+    gen = TeacherData([list(range(1, 9))], [4], [torch.zeros(7, 6)], tap_layers=(1, 2))
+    other = TeacherData([list(range(20, 28))], [1], [torch.zeros(7, 6)], tap_layers=(1, 3),
+                        preds=[torch.arange(20, 28)])
+    with pytest.raises(ValueError, match="tapped at layers"):
+        gen.extend(other)
+    same = TeacherData([list(range(20, 28))], [1], [torch.zeros(7, 6)], tap_layers=(1, 2), preds=[torch.arange(20, 28)])
+    assert len(gen.extend(same).taps) == 2 and gen.extend(same).tap_layers == (1, 2)
+
+
 def test_training_hands_freed_memory_back_at_each_evaluation(monkeypatch):
     # runtime/allocator.py: without it glibc keeps the steps' freed buffers (gigabytes over a 350M training)
     import dflash_core.prepare.train as train_mod

@@ -70,6 +70,10 @@ class TeacherData:
         """These sequences followed by `other`'s (same taps). Top-k logits: where only one side has them (generated
         trajectories beside teacher-forced text, which records none), the other side's sequences get empty [0, k]
         rows, so distillation still covers the trajectories that have them and the rest train on their labels."""
+        if self.taps is not None and other.taps is not None and self.tap_layers != other.tap_layers:
+            # rows of different layers side by side would train the fusion on features it never sees at decode
+            raise ValueError(f"teacher data tapped at layers {list(self.tap_layers)} cannot be extended with data "
+                             f"tapped at {list(other.tap_layers)}")
         n, m = len(self), len(other)
         both = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
         top = lambda a, b, d: None if a is None and b is None else \
