@@ -95,6 +95,36 @@ def tiny_ctx(tiny_prepared) -> FitContext:
     return FitContext(rt, tiny_prepared.prepared.drafter, trajs, [3] * len(trajs), cfg, "code")
 
 
+@pytest.mark.parametrize("draft_vocab", [0, 40])
+def test_examples_hold_what_decode_drafts_at_each_anchor(tiny_ctx, monkeypatch, draft_vocab):
+    """The head runs once per chunk of a trajectory's blocks: every example still holds the logits, top-k and
+    hidden rows that `DraftState.draft` gives at its anchor (chunks of 3 so a trajectory spans several)."""
+    import dflash_core.methods.support.examples as examples
+    from dflash_core.methods.support.common import topk_tensors
+    from dflash_core.runtime.drafter import DraftState, init_drafter
+
+    drafter = tiny_ctx.drafter
+    if draft_vocab:
+        drafter = init_drafter(replace(drafter.cfg, draft_vocab=draft_vocab), 5)
+        drafter.set_draft_map(torch.randperm(drafter.cfg.vocab_size, generator=torch.Generator().manual_seed(1))
+                              [:draft_vocab])
+    ctx = replace(tiny_ctx, drafter=drafter)
+    monkeypatch.setattr(examples, "HEAD_CHUNK", 3)
+    ex = draft_examples(ctx, top_k=6, keep_full_logits=True, trajectories=[0, 1, 2], max_examples=20)
+    assert len(ex.anchors) == 20 and ex.trajectories == [0, 1, 2]
+    rt = ctx.rt
+    embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
+    for n, (ti, a) in enumerate(ex.anchors):
+        st = DraftState(drafter)
+        st.extend(target_rows(rt, ctx.trajectories[ti], drafter.cfg.taps, False)[0][:a])
+        lg, hid = st.draft(ctx.trajectories[ti][a], embed, head)
+        torch.testing.assert_close(ex.logits[n], lg.float(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(ex.hidden[n], hid.float())
+        ids, vals = topk_tensors(ex.logits[n], 6)
+        assert torch.equal(ex.topk_ids[n], ids) and torch.equal(ex.topk_vals[n], vals)
+        assert ex.prev[n] == ctx.trajectories[ti][a]
+
+
 def test_one_forward_gives_the_taps_and_logits_of_two_bit_for_bit(tiny_prepared):
     from dflash_core.runtime.target import load_target
 

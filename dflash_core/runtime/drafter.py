@@ -232,6 +232,12 @@ class DFlashDrafter(nn.Module):
             self._head_cache = c
         return c[2]
 
+    def logits(self, hidden: torch.Tensor, head: nn.Module) -> torch.Tensor:
+        """Logits [.., V] in target ids of hidden rows [.., H], with or without a draft vocabulary."""
+        if not self.cfg.draft_vocab:
+            return head(hidden.to(head.weight.dtype))
+        return self.full_logits(hidden, head)
+
     def full_logits(self, hidden: torch.Tensor, head: nn.Module) -> torch.Tensor:
         """Logits [.., V] in target ids of hidden rows [.., H]: the head over the draft vocabulary, scattered."""
         w = self.head_rows(head.weight)
@@ -321,6 +327,13 @@ class DraftState:
     @torch.inference_mode()
     def draft(self, anchor: int, embed: nn.Module, head: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits [B, V] and hidden rows [B, H] for the block anchored at the next position."""
+        hidden = self.draft_hidden(anchor, embed)
+        return self.drafter.logits(hidden, head), hidden
+
+    @torch.inference_mode()
+    def draft_hidden(self, anchor: int, embed: nn.Module) -> torch.Tensor:
+        """The block's hidden rows [B, H] without the head: a caller drafting many blocks from one context
+        applies the head to all of them at once (`DFlashDrafter.logits`), which streams its weight once."""
         d = self.drafter
         p = next(d.parameters())
         x = d.block_input(torch.tensor([anchor], device=p.device), embed).to(p.dtype)
@@ -330,10 +343,7 @@ class DraftState:
         pos = torch.arange(self.length, self.length + d.cfg.block_size + 1, device=p.device)
         ctx = self.kv if self.kv is not None else [
             (x.new_zeros(1, d.cfg.num_kv_heads, 0, d.cfg.head_dim),) * 2 for _ in d.layers]
-        hidden = d.run_block(x, pos, ctx)[0]
-        if not d.cfg.draft_vocab:
-            return head(hidden.to(head.weight.dtype)), hidden
-        return d.full_logits(hidden, head), hidden
+        return d.run_block(x, pos, ctx)[0]
 
 
 def parameter_count(module: nn.Module) -> int:
