@@ -184,3 +184,31 @@ def test_the_transformers_export_records_the_map_and_a_hostile_one_is_refused():
                 {"dflash_draft_to_target": ["1"] * K}, {"dflash_draft_vocab_size": None}):
         with pytest.raises(BadInputError, match="dflash_draft"):
             check_hf_config({**doc, **bad}, "test")
+
+
+def test_forced_chunks_cut_the_text_without_a_false_length_warning():
+    """The forced text is tokenized whole and cut into chunks, so no chunk reaches the model at more than its
+    length: transformers' "will result in indexing errors" warning would be false (it printed on every real
+    prepare, 25,371 > 8,192)."""
+    import logging
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    tk = Tokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2}, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, model_max_length=20)
+    seen: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: seen.append(record.getMessage())
+    hf_logger, before = hf_logging.get_logger(), hf_logging.get_verbosity()
+    hf_logging.set_verbosity_warning()
+    hf_logger.addHandler(handler)
+    try:
+        chunks = td.forced_chunks(tok, ["a b " * 10] * 4, 1000, 16)
+    finally:
+        hf_logger.removeHandler(handler)
+        hf_logging.set_verbosity(before)
+    assert [len(c) for c in chunks] == [16] * 5 and set(sum(chunks, [])) == {1, 2}
+    assert not [m for m in seen if "longer than the specified maximum" in m], seen

@@ -293,8 +293,10 @@ def forced_lines(tt: TrainText, seeds: Sequence[str]) -> tuple[list[str], dict]:
 
 def forced_chunks(tokenizer, lines: Sequence[str], tokens: int, length: int) -> list[list[int]]:
     """Token chunks of `length` (the last may be shorter, >= 16) from the lines joined by newlines, at most
-    `tokens` in all, in text order."""
-    ids: list[int] = tokenizer.encode("\n".join(lines), add_special_tokens=False) if lines else []
+    `tokens` in all, in text order. The text is tokenized whole and cut here, so transformers' warning that the
+    ids exceed the model's length ("will result in indexing errors") is false and is not asked for."""
+    ids: list[int] = (list(tokenizer("\n".join(lines), add_special_tokens=False, verbose=False)["input_ids"])
+                      if lines else [])
     ids = ids[:max(0, int(tokens))]
     out = [ids[i:i + length] for i in range(0, len(ids), length)]
     return [c for c in out if len(c) >= 16]
