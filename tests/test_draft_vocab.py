@@ -212,3 +212,21 @@ def test_forced_chunks_cut_the_text_without_a_false_length_warning():
         hf_logging.set_verbosity(before)
     assert [len(c) for c in chunks] == [16] * 5 and set(sum(chunks, [])) == {1, 2}
     assert not [m for m in seen if "longer than the specified maximum" in m], seen
+
+
+def test_a_draft_vocabulary_drafts_through_a_onednn_prepacked_head():
+    """Under `--kernels onednn` (and `auto` at hidden >= 1024: the 350M target) the target's head is a
+    prepacked MkldnnLinear whose weight has no row gather; drafting over the K draft ids crashed the bench at
+    its first dflash draft. The logits must equal those through the plain head."""
+    from torch.utils.mkldnn import MkldnnLinear
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN: the prepacked head cannot exist")
+    d = _drafter().float()
+    head = torch.nn.Linear(H, V, bias=False)
+    packed = MkldnnLinear(head, torch.float32)
+    hidden = torch.randn(3, 5, H)
+    with torch.no_grad():
+        want, got = d.logits(hidden, head), d.logits(hidden, packed)
+    assert got.shape == (3, 5, V) and torch.allclose(got, want, atol=1e-5)
+    assert (got[..., d.d2t] > OOV_LOGIT).all()

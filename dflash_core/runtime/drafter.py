@@ -222,13 +222,16 @@ class DFlashDrafter(nn.Module):
 
     def head_rows(self, weight: torch.Tensor) -> torch.Tensor:
         """The head's rows the drafter predicts over: all of `weight` [V, H], or its K draft-vocabulary rows
-        (cached per head weight and version, so a decode gathers them once)."""
+        (cached per head weight and version, so a decode gathers them once). A head prepacked for oneDNN
+        (`--kernels onednn`, `auto` at hidden >= 1024) holds an opaque mkldnn weight that has no row gather: its
+        rows are taken from a dense copy."""
         if not self.cfg.draft_vocab:
             return weight
         c = self._head_cache
         if c is None or c[0] is not weight or c[1] != weight._version or c[2].device != weight.device:
             with torch.no_grad():
-                c = (weight, weight._version, weight.index_select(0, self.d2t.to(weight.device)))
+                dense = weight.to_dense() if weight.is_mkldnn else weight
+                c = (weight, weight._version, dense.index_select(0, self.d2t.to(weight.device)))
             self._head_cache = c
         return c[2]
 
@@ -243,6 +246,8 @@ class DFlashDrafter(nn.Module):
         w = self.head_rows(head.weight)
         logits = hidden.to(w.dtype) @ w.T
         bias = getattr(head, "bias", None)
+        if bias is not None and bias.is_mkldnn:  # a prepacked head's bias (zeros where the head has none)
+            bias = bias.to_dense()
         if not self.cfg.draft_vocab:
             return logits if bias is None else logits + bias
         if bias is not None:
