@@ -146,8 +146,6 @@ def check_device_args(device: str, dtype: str, kernels: str):
     if kernels == "onednn" and (dev.type != "cpu" or str(tdtype) != "torch.float32"):
         raise BadInputError(f"--kernels onednn is for CPU float32 targets (asked: {device} "
                             f"{str(tdtype).replace('torch.', '')}); use --kernels eager or auto")
-    if kernels == "wxt" and dev.type != "cpu":
-        raise BadInputError(f"--kernels wxt is for CPU targets (asked: {device}); use --kernels eager or auto")
     return dev
 
 

@@ -188,7 +188,7 @@ def test_run_fails_fast_on_bad_arguments(clean_env, recorders, monkeypatch, caps
 
 
 @pytest.mark.parametrize("argv,message", [(["--threads", "0"], "--threads='0' must be an integer >= 1"),
-                                          (["--kernels", "fast"], "is not one of auto, eager, onednn, wxt"),
+                                          (["--kernels", "fast"], "is not one of auto, eager, onednn"),
                                           (["--dtype", "half"], "is not one of auto, float32")])
 def test_run_option_out_of_range_is_a_usage_error(clean_env, recorders, capsys, argv, message):
     with pytest.raises(SystemExit) as exc:

@@ -162,38 +162,6 @@ def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
             assert classify(got, ref_f, st_f.margins, torch.float32).kind == "exact"
 
 
-def test_weight_first_path_is_exact_keeps_tied_weights_and_the_artifact_identity(tmp_path):
-    """`--kernels wxt` (every linear as W xᵀ): speculative == greedy on that path, its greedy agrees with eager
-    greedy up to certified ties, the modules keep their parameters (a tied head stays the embedding) and the
-    target identity is unchanged."""
-    import torch
-
-    from dflash_core.runtime.kernels import apply_kernels
-    from dflash_core.runtime.target import load_target
-    from dflash_core.store.artifacts import target_identity
-
-    build_tiny(TinySpec(pattern="CCACAC", dtype="float32", seed=3)).save_pretrained(tmp_path)
-    eager = load_target(str(tmp_path), "cpu", "float32", kernels="eager")
-    fast = load_target(str(tmp_path), "cpu", "float32", kernels="wxt")
-    head = fast.model.lm_head
-    assert fast.kernels == "wxt" and type(head).__name__ == "WeightFirstLinear"
-    assert target_identity(fast) == target_identity(eager)
-    x = torch.randn(2, 3, head.in_features)
-    assert torch.allclose(head(x), x @ head.weight.T, atol=1e-5)  # the same map, another GEMM
-    tied = build_tiny(TinySpec(dtype="float32", seed=3))
-    tied.lm_head.weight = tied.get_input_embeddings().weight
-    apply_kernels(tied, "wxt")
-    assert tied.lm_head.weight is tied.get_input_embeddings().weight
-    prompt = [1, 7, 9, 11, 13, 17, 19]
-    ref_e, st_e = greedy(eager, prompt, 40, record_margins=True)
-    ref_f, st_f = greedy(fast, prompt, 40, record_margins=True)
-    assert classify(ref_f, ref_e, st_e.margins, torch.float32).ok
-    for w in (1, 3, 6):
-        for corrupt in (frozenset(), frozenset({2, 5, 9, 14, 20})):
-            got, _ = speculative(fast, OracleProposer(tuple(prompt), tuple(ref_f), VOCAB, corrupt), prompt, 40, w)
-            assert classify(got, ref_f, st_f.margins, torch.float32).kind == "exact"
-
-
 @pytest.mark.parametrize("method", speculative_ids())
 @settings(deadline=None)
 @given(data=st.data())

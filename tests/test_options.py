@@ -69,7 +69,7 @@ def test_environment_then_default(monkeypatch):
     ("DFLASH_TOKENS", "-1", "DFLASH_TOKENS='-1' must be an integer >= 0"),
     ("DFLASH_THREADS", "0", "DFLASH_THREADS='0' must be an integer >= 1"),
     ("DFLASH_WIDTHS", "0,2", "every width must be an integer >= 1"),
-    ("DFLASH_KERNELS", "fast", "is not one of auto, eager, onednn, wxt"),
+    ("DFLASH_KERNELS", "fast", "is not one of auto, eager, onednn"),
     ("DFLASH_DTYPE", "int8", "is not one of auto, float32"),
     ("DFLASH_GPU_DTYPE", "auto", "is not one of float32"),
 ])

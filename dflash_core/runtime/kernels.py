@@ -5,19 +5,13 @@
   (`torch.utils.mkldnn.MkldnnLinear`): the weight is reordered once into oneDNN's blocked layout instead of
   on every call, which is what makes small-row (decode and verify) matmuls cheaper on CPU. Embedding
   lookups keep the dense table. CPU float32 only.
-* `wxt`: every `nn.Linear` computes y = (W xᵀ)ᵀ with one `torch.mm` instead of x Wᵀ: the same weights (tied heads
-  stay tied, the drafter's draft-vocabulary rows are still gathered from them), another BLAS call. On an AVX2-only
-  AMD EPYC with torch's MKL, x Wᵀ at 2-17 rows costs 2-3x one row (the verify step of every method) while W xᵀ costs
-  0.7-2.2x (docs/performance.md, "Weight-first GEMM"); a per-machine matter, so `auto` never picks it. CPU only.
 """
 
 from __future__ import annotations
 
-import functools
-
 from ..errors import BadInputError
 
-KERNELS = ("eager", "onednn", "wxt")
+KERNELS = ("eager", "onednn")
 # `auto` picks oneDNN only where it measured faster (docs/performance.md): CPU float32 targets with hidden size
 # >= 1024 (350M config: normal 72 vs 102 ms/token, t_verify(4)/t_decode 1.4 vs 2.0). On the mini target
 # (hidden 384) prepacking made decode slower (9.6 vs 8.7 ms/token), so it stays eager.
@@ -46,15 +40,6 @@ def apply_kernels(model, path: str = "eager"):
     if path == "eager":
         return model
     p = next(model.parameters())
-    if path == "wxt":
-        if p.device.type != "cpu":
-            raise BadInputError(f"--kernels wxt is for CPU targets (this one is on {p.device.type}); "
-                                "use --kernels eager")
-        cls = weight_first_linear()
-        for m in model.modules():
-            if type(m) is nn.Linear:
-                m.__class__ = cls  # same module, same parameters: only the forward changes
-        return model
     if p.device.type != "cpu" or p.dtype != torch.float32:
         raise BadInputError(f"--kernels onednn is for CPU float32 targets (this one is {p.device.type} {p.dtype}); "
                             "use --kernels eager")
@@ -67,23 +52,3 @@ def apply_kernels(model, path: str = "eager"):
             if type(child) is nn.Linear:
                 setattr(parent, name, MkldnnLinear(child, torch.float32))
     return model
-
-
-
-@functools.cache
-def weight_first_linear():
-    """The `wxt` module class, built on first use so importing this module does not import torch."""
-    import torch
-    from torch import nn
-
-    class WeightFirstLinear(nn.Linear):
-        """nn.Linear computing (W xᵀ)ᵀ: weight-major GEMM; why and where it pays: the module docstring."""
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            flat = x.reshape(-1, x.shape[-1])
-            y = torch.mm(self.weight, flat.t()).t()
-            if self.bias is not None:
-                y = y + self.bias
-            return y.reshape(*x.shape[:-1], self.out_features)
-
-    return WeightFirstLinear
