@@ -162,6 +162,36 @@ def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
             assert classify(got, ref_f, st_f.margins, torch.float32).kind == "exact"
 
 
+def test_every_method_runs_exact_on_the_onednn_path_with_a_draft_vocabulary(tmp_path):
+    """`--kernels onednn` (what `auto` picks for the 350M target) with a drafter over a draft vocabulary, as prepare
+    trains at a real vocabulary: every speculative method decodes what greedy decodes on that path. Until 8586539
+    the first dflash draft crashed there (the prepacked head's weight has no row gather)."""
+    from dataclasses import replace
+
+    import torch
+
+    from dflash_core.prepare.pipeline import prepare
+    from dflash_core.prepare.prepared import load_prepared
+    from dflash_core.runtime.target import load_target
+    from dflash_core.testing import tiny_prepare_config
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    ckpt, home = tmp_path / "ckpt", tmp_path / "home"
+    build_tiny(TinySpec(pattern="CCACAC", dtype="float32", seed=3)).save_pretrained(ckpt)
+    cfg = tiny_prepare_config()
+    cfg = replace(cfg, train=replace(cfg.train, draft_vocab=48))
+    prepare(str(ckpt), home=home, cfg=cfg, rt=load_target(str(ckpt), "cpu", "float32"), progress=False)
+    fast = load_target(str(ckpt), "cpu", "float32", kernels="onednn")
+    prep = load_prepared(fast, home=home)
+    assert prep.drafter.cfg.draft_vocab == 48 and type(fast.model.lm_head).__name__ == "MkldnnLinear"
+    prompt = [1, 7, 9, 11, 13, 17, 19]
+    ref, st_ref = greedy(fast, prompt, 24, record_margins=True)
+    for method in speculative_ids():
+        got, _ = speculative(fast, get_method(method).build(fast, prep), list(prompt), 24, 3, method=method)
+        assert classify(got, ref, st_ref.margins, torch.float32).kind == "exact", method
+
+
 @pytest.mark.parametrize("method", speculative_ids())
 @settings(deadline=None)
 @given(data=st.data())
