@@ -12,6 +12,7 @@ Linux) is taken as having no native bf16, the safe side: float32 is never slow.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -48,3 +49,33 @@ def train_in_bf16(device: str = "cpu") -> bool:
         return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     return cpu_has_native_bf16()
 
+
+
+@contextlib.contextmanager
+def bf16_linear_weights(model):
+    """Within it, every `nn.Linear` of `model` holds a bfloat16 copy of its weight and bias; the float32 ones
+    come back on exit, whatever happens inside.
+
+    Why: under CPU autocast in inference mode torch casts each Linear's float32 weight to bf16 again at every
+    forward (its cast cache is off there): on the 350M target at a 128-row teacher batch the casts were 41 % of
+    the step and left bf16 1.3x faster than float32 where its matmuls alone are 3.8x (AMX, 2 threads). Casting
+    once gives the very same numbers: autocast rounds float32 to bf16 the one way, so a weight already rounded
+    is the weight it would have used. Only Linear modules: a tied embedding keeps its float32 table (the copy is
+    a new Parameter on the Linear alone), and weights read outside a matmul (a conv's cached-decode update)
+    are left as they are. The copies cost half the Linear weights' bytes while held.
+    """
+    import torch
+    from torch import nn
+
+    saved = []
+    try:
+        for mod in model.modules():
+            if isinstance(mod, nn.Linear) and mod.weight.dtype == torch.float32:
+                saved.append((mod, mod.weight, mod.bias))
+                mod.weight = nn.Parameter(mod.weight.detach().to(torch.bfloat16), requires_grad=False)
+                if mod.bias is not None:
+                    mod.bias = nn.Parameter(mod.bias.detach().to(torch.bfloat16), requires_grad=False)
+        yield model
+    finally:
+        for mod, w, b in saved:
+            mod.weight, mod.bias = w, b
