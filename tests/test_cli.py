@@ -138,7 +138,24 @@ def test_prepare_train_budget_off_reaches_prepare(clean_env, recorders):
     assert call["train_budget"] == "off"
 
 
+@pytest.mark.parametrize("argv,env", [(["--teacher-dtype", "bfloat16"], {}),
+                                      ([], {"DFLASH_TEACHER_DTYPE": "bfloat16"})])
+def test_prepare_passes_the_teacher_dtype(clean_env, recorders, monkeypatch, argv, env):
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert cli.main(["prepare", *argv]) == 0
+    (call,) = recorders["prepare"]
+    assert call["teacher_dtype"] == "bfloat16"
+
+
+def test_prepare_without_a_teacher_dtype_leaves_the_recorded_config_in_charge(clean_env, recorders):
+    assert cli.main(["prepare"]) == 0
+    (call,) = recorders["prepare"]
+    assert "teacher_dtype" not in call  # the recorded or default config decides
+
+
 @pytest.mark.parametrize("argv,message", [(["--train-data", "/no/such/file.txt"], "no such file"),
+                                          (["--teacher-dtype", "bf16"], "is not one of float32, bfloat16"),
                                           (["--train-budget", "0"], "must be a number of minutes > 0"),
                                           (["--train-seeds", "0"], "must be an integer >= 1"),
                                           (["--train-seeds", "2000000"], "must be an integer <= 1000000"),

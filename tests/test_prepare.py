@@ -203,6 +203,36 @@ def test_train_seeds_sets_the_seed_count_and_pins_it(tmp_path, monkeypatch):
     assert seen[1]["cfg"].corpus_seeds == pipeline.PrepareConfig().corpus_seeds and seen[1]["pinned"] == ()
 
 
+def test_teacher_dtype_sets_the_config_and_pins_it(tmp_path, monkeypatch):
+    import dflash_core.prepare.pipeline as pipeline
+
+    seen = []
+    monkeypatch.setattr(pipeline, "_prepare", lambda target, **kw: seen.append(kw) or tmp_path)
+    monkeypatch.setattr(pipeline, "train_in_bf16", lambda device="cpu": True)
+    pipeline.prepare("mini", home=tmp_path / "home", teacher_dtype="bfloat16", train_seeds=50)
+    pipeline.prepare("mini", home=tmp_path / "home")
+    assert seen[0]["cfg"].teacher_dtype == "bfloat16" and seen[0]["pinned"] == ("corpus_seeds", "teacher_dtype")
+    assert seen[1]["cfg"].teacher_dtype == "float32" and seen[1]["pinned"] == ()
+
+
+@pytest.mark.parametrize("bad", ["bf16", "auto", 16, None])
+def test_a_bad_or_emulated_teacher_dtype_is_refused_before_any_work(bad, tmp_path, monkeypatch):
+    """A bad value, and bfloat16 on a CPU that would emulate it, end before the target is loaded or the home
+    is made."""
+    import dflash_core.prepare.pipeline as pipeline
+    from dflash_core.errors import BadInputError
+
+    monkeypatch.setattr(pipeline, "load_target", lambda *a, **k: pytest.fail("the target was loaded"))
+    if bad is None:  # stands for bfloat16 without native bf16
+        monkeypatch.setattr(pipeline, "train_in_bf16", lambda device="cpu": False)
+        with pytest.raises(BadInputError, match="no native bf16"):
+            pipeline.prepare("mini", home=tmp_path / "home", teacher_dtype="bfloat16")
+    else:
+        with pytest.raises(BadInputError, match="teacher_dtype"):
+            pipeline.prepare("mini", home=tmp_path / "home", teacher_dtype=bad)
+    assert not (tmp_path / "home").exists()
+
+
 @pytest.mark.parametrize("bad", [0, -3, True, 2.5, "100", 10**9])
 def test_bad_train_seeds_are_refused_before_any_work(bad, tmp_path):
     from dflash_core.errors import BadInputError

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ArtifactError, BadInputError
 from ..methods import FitContext, fit_files, fitters
-from ..options import MAX_THREADS, MAX_TRAIN_SEEDS, env_value
+from ..options import MAX_THREADS, MAX_TRAIN_SEEDS, TEACHER_DTYPE_CHOICES, env_value
 from ..progress import ensure_console_logging
 from ..runtime.allocator import trim_free_memory
 from ..runtime.device import torch_threads
@@ -94,9 +94,9 @@ class PrepareConfig:
     forced_tokens: int | str = "auto"  # teacher-forced target passes over training text (`teacher.forced_data`), in
     # tokens: auto = FORCED_TOKENS at a real vocabulary (>= train.LARGE_VOCAB), 0 elsewhere (the mini's recipe)
     forced_length: int = 128  # tokens per teacher-forced chunk
-    teacher_dtype: str = "float32"  # the teacher passes' matmuls (`teacher_autocast`): 'bfloat16' where the lab's
-    # bf16 rule allows it; not the default: it saved 4 % of SmolLM2's teacher on an AVX512-BF16 EPYC (750 s against
-    # 782 s) for labels that leave float32 greedy at near-ties (docs/real-targets.md)
+    teacher_dtype: str = "float32"  # the teacher passes' matmuls (`teacher_autocast`, --teacher-dtype): 'bfloat16'
+    # where the lab's bf16 rule allows it; not the default: 2.2x at the 350M shape but 1.2x on SmolLM2 on an AMX CPU,
+    # for labels that leave float32 greedy at near-ties in 64 % of SmolLM2's trajectories (docs/real-targets.md)
     train_data: str | None = None  # --train-data: where train seeds are cut from (None: the family's shipped corpus)
     train: TrainConfig = field(default_factory=TrainConfig)
     aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
@@ -133,7 +133,7 @@ def forced_token_budget(cfg: PrepareConfig, vocab: int) -> int:
     return v
 
 
-TEACHER_DTYPES = ("float32", "bfloat16")
+TEACHER_DTYPES = TEACHER_DTYPE_CHOICES
 
 
 def check_teacher_dtype(v) -> None:
@@ -145,8 +145,8 @@ def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
     """The teacher passes' matmul dtype: 'bfloat16' only where the lab's bf16 rule allows it (runtime/precision.py:
     native bf16), else refused; a float64 target keeps its dtype. Its trajectories and labels are then the bf16
     target's greedy tokens, which the float32 decode's differ from at near-ties (training data, not a decode under
-    test). Why it is not the default: on SmolLM2 it saved 4 % of the teacher's time on an AVX512-BF16 EPYC without
-    AMX (docs/real-targets.md; not profiled further, nor measured on an AMX CPU)."""
+    test). Why it is not the default: those labels (64 % of SmolLM2's 64-token trajectories differ from float32's
+    somewhere) for 1.2x on SmolLM2 and 2.2x at the 350M shape on an AMX CPU (docs/real-targets.md)."""
     v = cfg.teacher_dtype
     check_teacher_dtype(v)
     import torch
@@ -312,7 +312,8 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
 def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress: bool = True,
             cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
             drafter: str | None = None, train_data: str | None = None,
-            train_budget: float | str | None = None, train_seeds: int | None = None) -> Path:
+            train_budget: float | str | None = None, train_seeds: int | None = None,
+            teacher_dtype: str | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
     With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
@@ -327,6 +328,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     override cfg.train_data and cfg.train.budget_minutes; artifacts built from other training text (by content
     hash) are rebuilt. `train_seeds` (--train-seeds) overrides cfg.corpus_seeds, the teacher data's size; artifacts
     built with another count are rebuilt even where the home's recorded config is otherwise accepted.
+    `teacher_dtype` (--teacher-dtype) overrides cfg.teacher_dtype the same way (compared even where the recorded
+    config is accepted): bfloat16 only where the CPU computes it natively, refused before the target is loaded.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     Under torchrun (WORLD_SIZE > 1) every rank runs this: teacher generation is sharded, training is DDP,
     and rank 0 alone holds the lock and writes (`distributed`).
@@ -349,6 +352,13 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
             raise BadInputError(f"--train-seeds must be an integer in 1..{MAX_TRAIN_SEEDS}, "
                                 f"got {str(train_seeds)[:40]!r}")
         cfg, pinned = replace(cfg, corpus_seeds=train_seeds), ("corpus_seeds",)
+    if teacher_dtype is not None:
+        check_teacher_dtype(teacher_dtype)
+        where = str(rt.device) if rt is not None else "cpu"  # prepare loads its target on the CPU
+        if teacher_dtype == "bfloat16" and not train_in_bf16(where):  # refused before the target is loaded
+            raise BadInputError(f"--teacher-dtype bfloat16 on {where}, which has no native bf16 (torch would "
+                                "emulate it ~60x slower): use --teacher-dtype float32")
+        cfg, pinned = replace(cfg, teacher_dtype=teacher_dtype), pinned + ("teacher_dtype",)
     if train_budget is not None:
         if train_budget == "off":
             budget = None
