@@ -106,6 +106,13 @@ def checked_knobs(a, base):
     except ValueError:
         fail(f"--widths must be integers and --budget minutes, 'off' or 'auto', got {a.widths[:40]!r}, "
              f"{a.budget[:40]!r}")
+    from dflash_core.runtime.precision import train_in_bf16
+
+    if a.teacher_dtype not in ("float32", "bfloat16"):
+        fail(f"--teacher-dtype must be float32 or bfloat16, got {a.teacher_dtype[:40]!r}")
+    if a.teacher_dtype == "bfloat16" and not train_in_bf16("cpu"):
+        fail("--teacher-dtype bfloat16 on a CPU without native bf16 (torch would emulate it ~60x slower): "
+             "use --teacher-dtype float32")
     if a.distill_top_k and a.teacher_top_k and a.teacher_top_k < a.distill_top_k:
         fail("--teacher-top-k must be at least --distill-top-k (the teacher set records the logits distilled)")
     tcfg = replace(base.train, steps=a.steps, patience=100, budget_minutes=budget,
@@ -250,6 +257,8 @@ def main(argv=None) -> dict:
         drop_leaking_trajectories,
         family_for,
         forced_teacher,
+        resolve_teacher_dtype,
+        teacher_autocast,
         train_seed_ids,
     )
     from dflash_core.prepare.teacher import TeacherData, teacher_data
@@ -305,10 +314,13 @@ def main(argv=None) -> dict:
                     "common held-out set, all from one training run (patience is off here, so the run is the same)")
     ap.add_argument("--select", default=None, choices=("auto", *SELECT_RULES),
                     help="TrainConfig.select (default auto: loss at a real vocabulary)")
+    ap.add_argument("--teacher-dtype", default="float32",
+                    help="PrepareConfig.teacher_dtype of a new teacher set (and the forced text): bfloat16 trains on "
+                    "the bf16 target's greedy labels; tau is still measured in the float32 decode")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
-    base = replace(PrepareConfig(), forced_tokens=a.forced_tokens,
+    base = replace(PrepareConfig(), forced_tokens=a.forced_tokens, teacher_dtype=a.teacher_dtype,
                    **{k: v for k, v in (("corpus_seeds", a.corpus_seeds), ("train_data", a.train_data))
                       if v is not None})
     tcfg, widths = checked_knobs(a, base)  # refused here, not after a teacher pass of minutes
@@ -332,14 +344,19 @@ def main(argv=None) -> dict:
     cache = Path(a.teacher_cache) if a.teacher_cache else None
     if cache is not None and cache.is_file():  # the script's own scratch file: tensors and ints only
         blob = torch.load(cache, weights_only=True)
+        if blob.get("teacher_dtype", "float32") != a.teacher_dtype:
+            fail(f"--teacher-cache {cache} holds a {blob.get('teacher_dtype', 'float32')} teacher set; give "
+                 f"--teacher-dtype {blob.get('teacher_dtype', 'float32')} or another file")
         teacher, seeds_kept = TeacherData(**blob["teacher"]), blob["seeds_kept"]
     else:
-        teacher = teacher_data(rt, seeds, base.traj_tokens, taps, a.teacher_top_k or a.distill_top_k or 0)
+        with teacher_autocast(rt, resolve_teacher_dtype(base, rt)):
+            teacher = teacher_data(rt, seeds, base.traj_tokens, taps, a.teacher_top_k or a.distill_top_k or 0)
         _, seeds_kept, held = drop_leaking_trajectories(rt, teacher.sequences, seeds)
         drop = set(held.get("dropped_indexes", []))
         teacher = teacher.select([i for i in range(len(teacher)) if i not in drop])
         if cache is not None:
-            torch.save({"teacher": dict(vars(teacher)), "seeds_kept": [list(s) for s in seeds_kept]}, cache)
+            torch.save({"teacher": dict(vars(teacher)), "seeds_kept": [list(s) for s in seeds_kept],
+                        "teacher_dtype": a.teacher_dtype}, cache)
     if tuple(teacher.tap_layers) != tuple(taps_train):
         teacher.taps, teacher.tap_layers = retapped(rt, teacher, taps_train, cache), tuple(taps_train)
     if a.distill_top_k and (teacher.top_ids is None or teacher.top_ids[0].shape[-1] < a.distill_top_k):
@@ -388,7 +405,8 @@ def main(argv=None) -> dict:
               flush=True)
         rows.append(row)
     doc = {"target": a.target, "identity": rt.info.get("identity"), "teacher_seconds": t_teacher,
-           "sequences": len(data), "forced": forced_rec, "steps": a.steps, "threads": a.threads,
+           "teacher_dtype": a.teacher_dtype, "sequences": len(data), "forced": forced_rec, "steps": a.steps,
+           "threads": a.threads,
            "machine": platform.processor() or platform.machine(), "loadavg": list(os.getloadavg()), "rows": rows}
     Path(a.out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return doc
