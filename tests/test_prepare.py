@@ -215,6 +215,18 @@ def test_teacher_dtype_sets_the_config_and_pins_it(tmp_path, monkeypatch):
     assert seen[1]["cfg"].teacher_dtype == "float32" and seen[1]["pinned"] == ()
 
 
+def test_a_given_teacher_dtype_is_compared_against_a_home_that_recorded_none():
+    """Homes record teacher_dtype only when it is not float32 (LATE_KNOBS): `--teacher-dtype float32` on such a home
+    accepts it, `--teacher-dtype bfloat16` rebuilds it."""
+    from dflash_core.prepare.pipeline import RECIPE, config_mismatch
+
+    doc = {"recipe": RECIPE, "prepare_config": json.loads(json.dumps(TINY_PREP.to_dict()))}
+    assert "teacher_dtype" not in doc["prepare_config"]
+    assert config_mismatch(doc, TINY_PREP, accept_recorded=True, pinned=("teacher_dtype",)) is None
+    bf16 = replace(TINY_PREP, teacher_dtype="bfloat16")
+    assert "teacher_dtype" in config_mismatch(doc, bf16, accept_recorded=True, pinned=("teacher_dtype",))
+
+
 @pytest.mark.parametrize("bad", ["bf16", "auto", 16, None])
 def test_a_bad_or_emulated_teacher_dtype_is_refused_before_any_work(bad, tmp_path, monkeypatch):
     """A bad value, and bfloat16 on a CPU that would emulate it, end before the target is loaded or the home
