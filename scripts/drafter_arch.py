@@ -106,13 +106,13 @@ def checked_knobs(a, base):
     except ValueError:
         fail(f"--widths must be integers and --budget minutes, 'off' or 'auto', got {a.widths[:40]!r}, "
              f"{a.budget[:40]!r}")
-    from dflash_core.runtime.precision import train_in_bf16
+    from dflash_core.prepare.pipeline import check_teacher_dtype, refuse_emulated_teacher
 
-    if a.teacher_dtype not in ("float32", "bfloat16"):
-        fail(f"--teacher-dtype must be float32 or bfloat16, got {a.teacher_dtype[:40]!r}")
-    if a.teacher_dtype == "bfloat16" and not train_in_bf16("cpu"):
-        fail("--teacher-dtype bfloat16 on a CPU without native bf16 (torch would emulate it ~60x slower): "
-             "use --teacher-dtype float32")
+    try:  # prepare's own checks: a bad value, and bf16 where it would be emulated (the target loads on the CPU)
+        check_teacher_dtype(a.teacher_dtype)
+        refuse_emulated_teacher(a.teacher_dtype, "cpu")
+    except BadInputError as exc:
+        fail(str(exc))
     if a.distill_top_k and a.teacher_top_k and a.teacher_top_k < a.distill_top_k:
         fail("--teacher-top-k must be at least --distill-top-k (the teacher set records the logits distilled)")
     tcfg = replace(base.train, steps=a.steps, patience=100, budget_minutes=budget,
@@ -344,9 +344,10 @@ def main(argv=None) -> dict:
     cache = Path(a.teacher_cache) if a.teacher_cache else None
     if cache is not None and cache.is_file():  # the script's own scratch file: tensors and ints only
         blob = torch.load(cache, weights_only=True)
-        if blob.get("teacher_dtype", "float32") != a.teacher_dtype:
-            fail(f"--teacher-cache {cache} holds a {blob.get('teacher_dtype', 'float32')} teacher set; give "
-                 f"--teacher-dtype {blob.get('teacher_dtype', 'float32')} or another file")
+        held_dtype = blob.get("teacher_dtype", "float32")  # caches written before the flag hold float32 sets
+        if held_dtype != a.teacher_dtype:
+            fail(f"--teacher-cache {cache} holds a {held_dtype} teacher set; give --teacher-dtype {held_dtype} or "
+                 "another file")
         teacher, seeds_kept = TeacherData(**blob["teacher"]), blob["seeds_kept"]
     else:
         with teacher_autocast(rt, resolve_teacher_dtype(base, rt)):

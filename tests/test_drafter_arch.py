@@ -31,7 +31,7 @@ def load_script():
     (["--distill-top-k", "4096"], "distill_top_k"),
     (["--distill-top-k", "8", "--teacher-top-k", "4"], "--teacher-top-k must be at least --distill-top-k"),
     (["--feature-weight", "-1"], "feature_weight"),
-    (["--teacher-dtype", "bf16"], "--teacher-dtype must be float32 or bfloat16"),
+    (["--teacher-dtype", "bf16"], "teacher_dtype must be one of float32, bfloat16, got 'bf16'"),
 ])
 def test_bad_knobs_are_refused_before_the_target_loads(tmp_path, capsys, args, says):
     with pytest.raises(SystemExit) as exc:
@@ -51,11 +51,11 @@ def test_the_variant_names_it_accepts_are_the_ones_it_builds():
 
 
 def test_a_bf16_teacher_is_refused_where_bf16_would_be_emulated(tmp_path, capsys, monkeypatch):
-    import dflash_core.runtime.precision as precision
+    import dflash_core.prepare.pipeline as pipeline
 
-    monkeypatch.setattr(precision, "train_in_bf16", lambda device="cpu": False)
+    monkeypatch.setattr(pipeline, "train_in_bf16", lambda device="cpu": False)
     with pytest.raises(SystemExit) as exc:
         load_script().main(["--target", str(tmp_path / "no-such-target"), "--out", str(tmp_path / "o.json"),
                             "--teacher-dtype", "bfloat16"])
     assert exc.value.code == 2
-    assert "without native bf16" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "no native bf16" in capsys.readouterr().err.strip().splitlines()[-1]

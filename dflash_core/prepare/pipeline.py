@@ -141,6 +141,14 @@ def check_teacher_dtype(v) -> None:
         raise BadInputError(f"teacher_dtype must be one of {', '.join(TEACHER_DTYPES)}, got {str(v)[:40]!r}")
 
 
+def refuse_emulated_teacher(v: str, device: str) -> None:
+    """The one refusal of bf16 teacher passes where torch would emulate bf16 (the lab's bf16 rule), for prepare's
+    early check, `resolve_teacher_dtype` and the scripts that build teacher sets."""
+    if v == "bfloat16" and not train_in_bf16(device):
+        raise BadInputError(f"teacher_dtype 'bfloat16' on {device}, which has no native bf16 (torch would emulate it "
+                            "~60x slower): use teacher_dtype 'float32' (--teacher-dtype float32)")
+
+
 def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
     """The teacher passes' matmul dtype: 'bfloat16' only where the lab's bf16 rule allows it (runtime/precision.py:
     native bf16), else refused; a float64 target keeps its dtype. Its trajectories and labels are then the bf16
@@ -153,10 +161,7 @@ def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
 
     if rt.dtype != torch.float32:
         return str(rt.dtype).replace("torch.", "")
-    device = str(rt.device)
-    if v == "bfloat16" and not train_in_bf16(device):
-        raise BadInputError(f"teacher_dtype 'bfloat16' on {device}, which has no native bf16 (torch would emulate it "
-                            "~60x slower): use teacher_dtype 'float32'")
+    refuse_emulated_teacher(v, str(rt.device))
     return v
 
 
@@ -353,11 +358,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
                                 f"got {str(train_seeds)[:40]!r}")
         cfg, pinned = replace(cfg, corpus_seeds=train_seeds), ("corpus_seeds",)
     if teacher_dtype is not None:
-        check_teacher_dtype(teacher_dtype)
-        where = str(rt.device) if rt is not None else "cpu"  # prepare loads its target on the CPU
-        if teacher_dtype == "bfloat16" and not train_in_bf16(where):  # refused before the target is loaded
-            raise BadInputError(f"--teacher-dtype bfloat16 on {where}, which has no native bf16 (torch would "
-                                "emulate it ~60x slower): use --teacher-dtype float32")
+        check_teacher_dtype(teacher_dtype)  # both refused before the target is loaded (prepare loads it on the CPU)
+        refuse_emulated_teacher(teacher_dtype, str(rt.device) if rt is not None else "cpu")
         cfg, pinned = replace(cfg, teacher_dtype=teacher_dtype), pinned + ("teacher_dtype",)
     if train_budget is not None:
         if train_budget == "off":

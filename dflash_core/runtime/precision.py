@@ -50,7 +50,6 @@ def train_in_bf16(device: str = "cpu") -> bool:
     return cpu_has_native_bf16()
 
 
-
 @contextlib.contextmanager
 def bf16_linear_weights(model):
     """Within it, every `nn.Linear` of `model` holds a bfloat16 copy of its weight and bias; the float32 ones
