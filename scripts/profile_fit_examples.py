@@ -48,7 +48,7 @@ def main(argv=None) -> float:
     drafter = init_drafter(cfg, 0)
     g = torch.Generator().manual_seed(0)
     if a.draft_vocab:
-        drafter.set_draft_map(torch.randperm(V, generator=g)[:a.draft_vocab])
+        drafter.set_draft_map(torch.randperm(V, generator=g)[:a.draft_vocab].sort().values)  # ascending, as prepare's
     trajs = [torch.randint(0, V, (24 + 64,), generator=g).tolist() for _ in range(a.trajectories)]
     ctx = types.SimpleNamespace(rt=rt, drafter=drafter, trajectories=trajs, prompt_lens=[24] * len(trajs))
     draft_examples(ctx, top_k=8, max_examples=8)  # warm-up: first touches of the weights

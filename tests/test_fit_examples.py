@@ -125,6 +125,53 @@ def test_examples_hold_what_decode_drafts_at_each_anchor(tiny_ctx, monkeypatch, 
         assert ex.prev[n] == ctx.trajectories[ti][a]
 
 
+@pytest.mark.parametrize("order", ["ascending", "shuffled"])
+def test_examples_take_the_same_top_k_over_the_draft_vocabulary_as_over_the_scatter(tiny_ctx, monkeypatch, order):
+    """Without full logits the top-k comes from the K draft columns, mapped through an ascending d2t, and is
+    the scatter's top-k id for id; a map in another order (a loaded one) takes the scatter."""
+    import dflash_core.methods.support.examples as examples
+    from dflash_core.runtime.drafter import init_drafter
+
+    drafter = init_drafter(replace(tiny_ctx.drafter.cfg, draft_vocab=40), 5)
+    ids = torch.randperm(drafter.cfg.vocab_size, generator=torch.Generator().manual_seed(1))[:40]
+    drafter.set_draft_map(ids.sort().values if order == "ascending" else ids)
+    ctx = replace(tiny_ctx, drafter=drafter)
+    monkeypatch.setattr(examples, "HEAD_CHUNK", 3)
+    full = draft_examples(ctx, top_k=6, keep_full_logits=True, trajectories=[0, 1, 2], max_examples=20)
+    scattered, scatter = [], type(drafter).full_logits
+    monkeypatch.setattr(type(drafter), "full_logits",
+                        lambda self, h, head: scattered.append(1) or scatter(self, h, head))
+    fast = draft_examples(ctx, top_k=6, trajectories=[0, 1, 2], max_examples=20)
+    assert fast.logits is None and bool(scattered) == (order == "shuffled")
+    assert torch.equal(fast.topk_ids, full.topk_ids) and torch.equal(fast.topk_vals, full.topk_vals)
+    assert torch.equal(fast.hidden, full.hidden) and torch.equal(fast.target_logits, full.target_logits)
+
+
+def test_the_draft_space_top_k_breaks_ties_by_target_id_as_the_scatter_does():
+    """Draft columns that tie exactly (duplicated head rows) at the k-th place: the K-space top-k keeps and
+    orders the tied ids by target id, as `topk_tensors` over the scattered [.., V] logits does."""
+    from dflash_core.methods.support.common import topk_tensors
+    from dflash_core.methods.support.examples import chunk_topk
+    from dflash_core.runtime.drafter import DrafterConfig, init_drafter
+
+    V, H, K = 50, 16, 20
+    drafter = init_drafter(DrafterConfig(hidden_size=H, vocab_size=V, taps=(0,), draft_vocab=K), 3)
+    drafter.set_draft_map(torch.arange(0, 2 * K, 2))  # even ids, ascending
+    head = torch.nn.Linear(H, V, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(V, H, generator=torch.Generator().manual_seed(2)))
+        head.weight[2 * K:] = 50.0  # out-of-vocabulary ids would win if they ever entered the top-k
+        head.weight[torch.arange(0, 2 * K, 4)] = head.weight[torch.arange(2, 2 * K, 4)]  # ids 4m and 4m+2 tie
+    hidden = torch.randn(4, 3, H, generator=torch.Generator().manual_seed(4))
+    ranked = drafter.draft_space_logits(hidden, head).sort(dim=-1, descending=True).values
+    for k in (1, 2, 3, 5, K):
+        ids, vals, lgs = chunk_topk(drafter, hidden, head, k, False)
+        want_ids, want_vals = topk_tensors(drafter.logits(hidden, head).float(), k)
+        assert lgs is None and torch.equal(ids, want_ids) and torch.equal(vals, want_vals)
+        # every value comes twice, so an odd k cuts a tied pair at the k-th place in every row
+        assert k % 2 == 0 or bool((ranked[..., k - 1] == ranked[..., k]).all())
+
+
 def test_one_forward_gives_the_taps_and_logits_of_two_bit_for_bit(tiny_prepared):
     from dflash_core.runtime.target import load_target
 

@@ -241,17 +241,31 @@ class DFlashDrafter(nn.Module):
             return head(hidden.to(head.weight.dtype))
         return self.full_logits(hidden, head)
 
-    def full_logits(self, hidden: torch.Tensor, head: nn.Module) -> torch.Tensor:
-        """Logits [.., V] in target ids of hidden rows [.., H]: the head over the draft vocabulary, scattered."""
+    def draft_space_logits(self, hidden: torch.Tensor, head: nn.Module) -> torch.Tensor:
+        """Logits [.., K] of hidden rows [.., H] over the draft vocabulary, column j for target id d2t[j]
+        ([.., V] in target ids without a draft vocabulary): the head's product before any scatter."""
         w = self.head_rows(head.weight)
         logits = hidden.to(w.dtype) @ w.T
         bias = getattr(head, "bias", None)
         if bias is not None and bias.is_mkldnn:  # a prepacked head's bias (zeros where the head has none)
             bias = bias.to_dense()
+        if bias is None:
+            return logits
+        return logits + (bias.index_select(0, self.d2t.to(bias.device)) if self.cfg.draft_vocab else bias)
+
+    def draft_ids_ascending(self) -> bool:
+        """Whether d2t lists its target ids in increasing order (prepare's maps do; a loaded map need not):
+        then the tie rule's order over draft columns is its order over target ids."""
         if not self.cfg.draft_vocab:
-            return logits if bias is None else logits + bias
-        if bias is not None:
-            logits = logits + bias.index_select(0, self.d2t.to(bias.device))
+            return False
+        d = self.d2t
+        return d.numel() < 2 or bool((d[1:] > d[:-1]).all())
+
+    def full_logits(self, hidden: torch.Tensor, head: nn.Module) -> torch.Tensor:
+        """Logits [.., V] in target ids of hidden rows [.., H]: the head over the draft vocabulary, scattered."""
+        logits = self.draft_space_logits(hidden, head)
+        if not self.cfg.draft_vocab:
+            return logits
         full = logits.new_full((*logits.shape[:-1], self.cfg.vocab_size), OOV_LOGIT)
         full[..., self.d2t.to(full.device)] = logits
         return full
