@@ -93,6 +93,8 @@ def checked_knobs(a, base):
     from dflash_core.errors import BadInputError
     from dflash_core.prepare.train import check_train_knobs
 
+    if a.heldout_cache and not a.shares:
+        fail("--heldout-cache needs --shares (it replaces the common held-out set)")
     if a.selection_study and not a.shares:
         fail("--selection-study needs --shares (it scores states on the common held-out set)")
     if a.shares:
@@ -182,11 +184,33 @@ def retapped(rt, teacher, taps, cache):
     return feats
 
 
-def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
+def reference_set(a, teacher, seeds_kept):
+    """The --heldout-cache teacher set, checked to hold the same seeds (in order) and taps as this run's; or None."""
+    import torch
+
+    from dflash_core.prepare.teacher import TeacherData
+
+    if not a.heldout_cache:
+        return None
+    path = Path(a.heldout_cache)
+    if not path.is_file():
+        fail(f"--heldout-cache {path} is not a file: build it with --teacher-cache first")
+    blob = torch.load(path, weights_only=True)  # the script's own scratch file: tensors and ints only
+    ref = TeacherData(**blob["teacher"])
+    if [list(s) for s in blob["seeds_kept"]] != [list(s) for s in seeds_kept] or len(ref) != len(teacher):
+        fail(f"--heldout-cache {path} holds other seeds than this run's teacher set: build it with the same --seeds")
+    if tuple(ref.tap_layers) != tuple(teacher.tap_layers):
+        fail(f"--heldout-cache {path} is tapped at layers {list(ref.tap_layers)}, this run at "
+             f"{list(teacher.tap_layers)}")
+    return ref
+
+
+def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths, reference=None) -> dict:
     """Prepare's drafter trained on nested shares of the generated trajectories, each scored on one common held-out
     set that no share trains on. Why: a row per data size with its own held-out split mixes the data's effect with
     the split's; here the shares grow by adding trajectories (a seeded order) and the held-out set is fixed, so the
-    rows differ in training data only."""
+    rows differ in training data only. `reference` (--heldout-cache: a teacher set of the same seeds) gives the
+    held-out continuations instead, so runs on teachers of different dtypes are scored on the same float32 text."""
     import random
 
     import torch
@@ -197,7 +221,7 @@ def data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths) -> dict:
     order = list(range(len(teacher)))
     random.Random(tcfg.seed + 11).shuffle(order)
     n_held = min(a.common_heldout, len(order) // 5)
-    held, rest = teacher.select(sorted(order[:n_held])), order[n_held:]
+    held, rest = (reference or teacher).select(sorted(order[:n_held])), order[n_held:]
     embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
 
     def common(d) -> dict:
@@ -317,6 +341,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--teacher-dtype", default="float32",
                     help="PrepareConfig.teacher_dtype of a new teacher set (and the forced text): bfloat16 trains on "
                     "the bf16 target's greedy labels; tau is still measured in the float32 decode")
+    ap.add_argument("--heldout-cache", default=None, help="with --shares: a --teacher-cache file of the same seeds "
+                    "whose continuations form the common held-out set (a float32 set scores a bf16 teacher's drafter "
+                    "on the text the float32 decode greedily makes)")
     ap.add_argument("--zero-taps", action="store_true", help="ablation: train and draft with every tap zeroed (the "
                     "drafter sees tokens only), to measure what the target's hidden states add")
     a = ap.parse_args(argv)
@@ -376,8 +403,9 @@ def main(argv=None) -> dict:
     ps = load_prompts(family)
     prompts = [rt.encode(p) for p in ps.benchmark[:4]]
     if a.shares:
-        doc = data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths)
+        doc = data_scaling(a, rt, teacher, forced, dcfg, tcfg, prompts, widths, reference_set(a, teacher, seeds_kept))
         doc |= {"target": a.target, "identity": rt.info.get("identity"), "teacher_seconds": t_teacher,
+                "teacher_dtype": a.teacher_dtype, "heldout_cache": a.heldout_cache, "train_seed": tcfg.seed,
                 "forced": forced_rec, "threads": a.threads, "machine": platform.processor() or platform.machine(),
                 "loadavg": list(os.getloadavg())}
         Path(a.out).write_text(json.dumps(doc, indent=1), encoding="utf-8")
