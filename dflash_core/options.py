@@ -19,7 +19,7 @@ from .savedruns import read_source, resolve_source
 
 DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
 KERNEL_CHOICES = ("auto", "eager", "onednn")
-TEACHER_DTYPE_CHOICES = ("float32", "bfloat16")  # prepare's teacher passes (prepare.pipeline.resolve_teacher_dtype)
+TEACHER_DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # prepare's teacher passes (pipeline.resolve_auto_teacher)
 HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
 MAX_THREADS = 256
 BENCH_SIZES = ("auto", "full")
@@ -202,12 +202,15 @@ OPTIONS: tuple[Option, ...] = (
            "proportion; a text with fewer usable starts gives what it has, recorded in the manifest)", type=int,
            minimum=1, maximum=MAX_TRAIN_SEEDS, cli="--train-seeds",
            default_text="2,368 (the shipped English corpus offers 4,000)", commands=("prepare",)),
-    # bf16 teacher passes: ~2.2x float32's speed at the 350M shape on an AMX CPU, 1.2x on SmolLM2; their greedy labels
-    # leave float32 greedy at near-ties, so it is a choice, not the default (docs/real-targets.md, "A bf16 teacher").
+    # bf16 teacher passes: 2.1-2.3x float32's speed at the 350M shape on AMX and AVX512-BF16 CPUs, 1.2x on SmolLM2;
+    # their greedy labels leave float32 greedy at near-ties, at no measured cost in acceptance (docs/real-targets.md,
+    # "A bf16 teacher"), so 'auto' takes them where they are native.
     Option("teacher_dtype", "DFLASH_TEACHER_DTYPE", None, "the matmul dtype of prepare's teacher passes (the target's "
-           "greedy trajectories and teacher-forced text the drafter trains on): float32, or bfloat16 where the CPU "
-           "computes bf16 natively (refused where torch would emulate it); the decode under test stays float32",
-           choices=TEACHER_DTYPE_CHOICES, cli="--teacher-dtype", default_text="float32", commands=("prepare",)),
+           "greedy trajectories and teacher-forced text the drafter trains on): auto, float32, or bfloat16 where the "
+           "CPU computes bf16 natively (refused where torch would emulate it); the decode under test stays float32",
+           choices=TEACHER_DTYPE_CHOICES, cli="--teacher-dtype",
+           default_text="auto: bfloat16 at a vocabulary >= 16,384 (a real target) where bf16 is native, else float32",
+           commands=("prepare",)),
     Option("home", "DFLASH_HOME", "~/.cache/dflash-mini-lab", "artifact cache: the mini target, the drafter and the "
            "method fits", cli="--home", commands=RUNS + ("bench", "export", "import", "export-drafter")),
     # 256: far above any CPU the lab runs on; torch creates the threads it is asked for (1,000,000 hung the run).

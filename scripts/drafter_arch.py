@@ -281,6 +281,7 @@ def main(argv=None) -> dict:
         drop_leaking_trajectories,
         family_for,
         forced_teacher,
+        resolve_auto_teacher,
         resolve_teacher_dtype,
         teacher_autocast,
         train_seed_ids,
@@ -340,7 +341,8 @@ def main(argv=None) -> dict:
                     help="TrainConfig.select (default auto: loss at a real vocabulary)")
     ap.add_argument("--teacher-dtype", default="float32",
                     help="PrepareConfig.teacher_dtype of a new teacher set (and the forced text): bfloat16 trains on "
-                    "the bf16 target's greedy labels; tau is still measured in the float32 decode")
+                    "the bf16 target's greedy labels, auto as prepare resolves it; float32 unless given, so a "
+                    "comparison names both; tau is still measured in the float32 decode")
     ap.add_argument("--heldout-cache", default=None, help="with --shares: a --teacher-cache file of the same seeds "
                     "whose continuations form the common held-out set (a float32 set scores a bf16 teacher's drafter "
                     "on the text the float32 decode greedily makes)")
@@ -355,6 +357,8 @@ def main(argv=None) -> dict:
     ensure_console_logging()
     torch.set_num_threads(a.threads)
     rt = load_target(a.target, "cpu", "float32")
+    a.teacher_dtype = resolve_auto_teacher(a.teacher_dtype, rt)  # 'auto' as prepare resolves it, for the cache's record
+    base = replace(base, teacher_dtype=a.teacher_dtype)
     family = family_for(rt, base)
     torch.manual_seed(base.seed)
     seeds = train_seed_ids(rt, base, family)[: a.seeds]

@@ -155,7 +155,7 @@ def test_prepare_without_a_teacher_dtype_leaves_the_recorded_config_in_charge(cl
 
 
 @pytest.mark.parametrize("argv,message", [(["--train-data", "/no/such/file.txt"], "no such file"),
-                                          (["--teacher-dtype", "bf16"], "is not one of float32, bfloat16"),
+                                          (["--teacher-dtype", "bf16"], "is not one of auto, float32, bfloat16"),
                                           (["--train-budget", "0"], "must be a number of minutes > 0"),
                                           (["--train-seeds", "0"], "must be an integer >= 1"),
                                           (["--train-seeds", "2000000"], "must be an integer <= 1000000"),

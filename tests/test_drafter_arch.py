@@ -31,7 +31,7 @@ def load_script():
     (["--distill-top-k", "4096"], "distill_top_k"),
     (["--distill-top-k", "8", "--teacher-top-k", "4"], "--teacher-top-k must be at least --distill-top-k"),
     (["--feature-weight", "-1"], "feature_weight"),
-    (["--teacher-dtype", "bf16"], "teacher_dtype must be one of float32, bfloat16, got 'bf16'"),
+    (["--teacher-dtype", "bf16"], "teacher_dtype must be one of auto, float32, bfloat16, got 'bf16'"),
     (["--heldout-cache", "ref.pt"], "--heldout-cache needs --shares"),
 ])
 def test_bad_knobs_are_refused_before_the_target_loads(tmp_path, capsys, args, says):

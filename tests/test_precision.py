@@ -104,8 +104,8 @@ def test_the_drafter_trains_in_bf16_only_where_it_is_native(cpu, native):
 
 @pytest.mark.parametrize("native", [False, True])
 def test_the_teacher_runs_in_bf16_only_where_asked_and_native(cpu, native):
-    """prepare's teacher passes: float32 by default at any vocabulary; 'bfloat16' where it is native, refused
-    where it would be emulated; a value outside the choices is refused."""
+    """prepare's teacher passes: by default ('auto') bfloat16 at a real vocabulary where it is native, float32 where
+    it would be emulated; 'bfloat16' given is refused there; a value outside the choices is refused."""
     from types import SimpleNamespace
 
     import torch
@@ -115,7 +115,7 @@ def test_the_teacher_runs_in_bf16_only_where_asked_and_native(cpu, native):
 
     cpu(native)
     real = SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"), vocab_size=LARGE_VOCAB)
-    assert resolve_teacher_dtype(PrepareConfig(), real) == "float32"
+    assert resolve_teacher_dtype(PrepareConfig(), real) == ("bfloat16" if native else "float32")
     f64 = SimpleNamespace(dtype=torch.float64, device=torch.device("cpu"), vocab_size=LARGE_VOCAB)
     assert resolve_teacher_dtype(PrepareConfig(teacher_dtype="bfloat16"), f64) == "float64"  # keeps its dtype
     if native:
@@ -123,7 +123,7 @@ def test_the_teacher_runs_in_bf16_only_where_asked_and_native(cpu, native):
     else:
         with pytest.raises(BadInputError, match="no native bf16"):
             resolve_teacher_dtype(PrepareConfig(teacher_dtype="bfloat16"), real)
-    for bad in ("bf16", "auto", 16, None, True):
+    for bad in ("bf16", "Auto", 16, None, True):
         with pytest.raises(BadInputError, match="teacher_dtype"):
             resolve_teacher_dtype(PrepareConfig(teacher_dtype=bad), real)
 

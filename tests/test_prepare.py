@@ -212,7 +212,7 @@ def test_teacher_dtype_sets_the_config_and_pins_it(tmp_path, monkeypatch):
     pipeline.prepare("mini", home=tmp_path / "home", teacher_dtype="bfloat16", train_seeds=50)
     pipeline.prepare("mini", home=tmp_path / "home")
     assert seen[0]["cfg"].teacher_dtype == "bfloat16" and seen[0]["pinned"] == ("corpus_seeds", "teacher_dtype")
-    assert seen[1]["cfg"].teacher_dtype == "float32" and seen[1]["pinned"] == ()
+    assert seen[1]["cfg"].teacher_dtype == "auto" and seen[1]["pinned"] == ()  # resolved in _prepare, per target
 
 
 def test_a_given_teacher_dtype_is_compared_against_a_home_that_recorded_none():
@@ -227,7 +227,7 @@ def test_a_given_teacher_dtype_is_compared_against_a_home_that_recorded_none():
     assert "teacher_dtype" in config_mismatch(doc, bf16, accept_recorded=True, pinned=("teacher_dtype",))
 
 
-@pytest.mark.parametrize("bad", ["bf16", "auto", 16, None])
+@pytest.mark.parametrize("bad", ["bf16", "Auto", 16, None])
 def test_a_bad_or_emulated_teacher_dtype_is_refused_before_any_work(bad, tmp_path, monkeypatch):
     """A bad value, and bfloat16 on a CPU that would emulate it, end before the target is loaded or the home
     is made."""
@@ -301,7 +301,7 @@ def test_the_teacher_runs_under_the_dtype_prepare_resolved(tiny_dir, tmp_path, m
     assert json.loads((out / "manifest.json").read_text())["teacher"]["dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", "auto"), ("teacher_dtype", "auto"),
+@pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", "auto"), ("teacher_dtype", "fp32"),
                                           ("teacher_dtype", None), ("teacher_dtype", 32)])
 def test_prepare_refuses_bad_teacher_and_drafter_knobs_before_any_work(tmp_path, field, value):
     from dflash_core.errors import BadInputError
@@ -323,6 +323,56 @@ def test_knobs_added_since_leave_the_recorded_config_as_it_was_at_their_defaults
     assert config_mismatch(doc, PrepareConfig()) is None
     assert "anchor_embed" in config_mismatch(doc, PrepareConfig(anchor_embed=True))
     assert PrepareConfig(teacher_dtype="bfloat16").to_dict()["teacher_dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("value, vocab, native, dtype, want", [
+    ("auto", 16384, True, "float32", "bfloat16"),  # a real vocabulary where bf16 is native
+    ("auto", 16384, False, "float32", "float32"),  # a CPU that would emulate bf16
+    ("auto", 64, True, "float32", "float32"),  # the mini target's vocabulary: its recipe unchanged
+    ("auto", 16384, True, "float64", "float32"),  # a target loaded in another dtype
+    ("float32", 16384, True, "float32", "float32"), ("bfloat16", 64, True, "float32", "bfloat16"),  # given: as given
+])
+def test_the_auto_teacher_dtype_is_bf16_only_at_a_real_vocabulary_where_bf16_is_native(monkeypatch, value, vocab,
+                                                                                         native, dtype, want):
+    from types import SimpleNamespace
+
+    import torch
+
+    import dflash_core.prepare.pipeline as P
+
+    monkeypatch.setattr(P, "train_in_bf16", lambda device="cpu": native)
+    rt = SimpleNamespace(dtype=getattr(torch, dtype), device="cpu", vocab_size=vocab)
+    assert P.resolve_auto_teacher(value, rt) == want
+
+
+@pytest.mark.parametrize("vocab, native, want", [(64, True, "float32"), (16384, True, "bfloat16"),
+                                                 (16384, False, "float32")])
+def test_prepare_resolves_the_teacher_dtype_before_it_compares_or_records_a_config(tmp_path, monkeypatch, vocab,
+                                                                                     native, want):
+    # the work directory, the comparison with a home and the manifest all see the resolved dtype: a mini-sized
+    # vocabulary records what it recorded before the knob (nothing), a real one on a native-bf16 CPU 'bfloat16'
+    import dflash_core.prepare.pipeline as P
+    from dflash_core.runtime.target import TargetRuntime
+
+    class Resolved(Exception):
+        pass
+
+    seen = {}
+
+    def fake_work_dir(out, cfg):
+        seen["cfg"] = cfg
+        raise Resolved
+
+    monkeypatch.setattr(P, "work_dir", fake_work_dir)
+    monkeypatch.setattr(P, "train_in_bf16", lambda device="cpu": native)
+    rt = TargetRuntime.from_model(build_tiny(TinySpec(dtype="float32", pattern="CACA", vocab_size=vocab,
+                                                      hidden_size=32, intermediate_size=64)))
+    cfg = tiny_prepare_config()
+    assert cfg.teacher_dtype == "auto" and "teacher_dtype" not in cfg.to_dict()
+    with pytest.raises(Resolved):
+        prepare("tiny", home=tmp_path / "home", cfg=cfg, rt=rt, progress=False)
+    assert seen["cfg"].teacher_dtype == want
+    assert seen["cfg"].to_dict().get("teacher_dtype") == (None if want == "float32" else want)
 
 
 @pytest.mark.parametrize("vocab, want", [(64, "accuracy"), (16384, "loss")])

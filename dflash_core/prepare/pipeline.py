@@ -94,9 +94,10 @@ class PrepareConfig:
     forced_tokens: int | str = "auto"  # teacher-forced target passes over training text (`teacher.forced_data`), in
     # tokens: auto = FORCED_TOKENS at a real vocabulary (>= train.LARGE_VOCAB), 0 elsewhere (the mini's recipe)
     forced_length: int = 128  # tokens per teacher-forced chunk
-    teacher_dtype: str = "float32"  # the teacher passes' matmuls (`teacher_autocast`, --teacher-dtype): 'bfloat16'
-    # where the lab's bf16 rule allows it; not the default: 2.2x at the 350M shape but 1.2x on SmolLM2 on an AMX CPU,
-    # for labels that leave float32 greedy at near-ties in 64 % of SmolLM2's trajectories (docs/real-targets.md)
+    teacher_dtype: str = "auto"  # the teacher passes' matmuls (`teacher_autocast`, --teacher-dtype): 'auto' is
+    # 'bfloat16' at a real vocabulary where the lab's bf16 rule allows it (2.1-2.3x float32's speed at the 350M shape
+    # on AMX and AVX512-BF16 CPUs, 1.2x on SmolLM2) and 'float32' elsewhere (the mini target: its recipe unchanged);
+    # its labels leave float32 greedy at near-ties, which cost no measured acceptance (docs/real-targets.md)
     train_data: str | None = None  # --train-data: where train seeds are cut from (None: the family's shipped corpus)
     train: TrainConfig = field(default_factory=TrainConfig)
     aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
@@ -106,8 +107,8 @@ class PrepareConfig:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for k, default in LATE_KNOBS.items():  # at their defaults they build what configs recorded before them
-            if d[k] == default:  # built: left out
+        for k, defaults in LATE_KNOBS.items():  # at their defaults they build what configs recorded before them
+            if d[k] in defaults:  # built: left out
                 del d[k]
         d["train"] = train_config_dict(self.train)  # the same rule for TrainConfig's late knobs
         return d
@@ -115,8 +116,10 @@ class PrepareConfig:
 
 # Knobs added after homes and the reference bundle were built, whose defaults build what was built before them: at
 # their defaults a config writes (and compares as) the dict it wrote before they existed, so homes and the shipped
-# bundle stay current; set, they are recorded and compared.
-LATE_KNOBS = {"anchor_embed": False, "teacher_dtype": "float32"}
+# bundle stay current; set, they are recorded and compared. teacher_dtype has two: 'auto' (an unresolved config:
+# prepare records the resolved dtype) and 'float32' (what 'auto' resolves to for the mini target, and what every home
+# was built with before the knob).
+LATE_KNOBS = {"anchor_embed": (False,), "teacher_dtype": ("auto", "float32")}
 
 
 FORCED_TOKENS = 262144  # the auto budget of teacher-forced text at a real vocabulary (~1.8 GB of taps at 135M)
@@ -149,14 +152,25 @@ def refuse_emulated_teacher(v: str, device: str) -> None:
                             "~60x slower): use teacher_dtype 'float32' (--teacher-dtype float32)")
 
 
+def resolve_auto_teacher(value: str, rt) -> str:
+    """PrepareConfig.teacher_dtype with 'auto' resolved for this target: 'bfloat16' at a real vocabulary (>= the
+    drafter recipe's LARGE_VOCAB) for a float32 target on a device with native bf16, else 'float32' (the mini
+    target, a CPU that would emulate bf16, a target loaded in another dtype); any other value as given."""
+    check_teacher_dtype(value)
+    if value != "auto":
+        return value
+    import torch
+
+    native = rt.dtype == torch.float32 and train_in_bf16(str(rt.device))
+    return "bfloat16" if native and rt.vocab_size >= LARGE_VOCAB else "float32"
+
+
 def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
     """The teacher passes' matmul dtype: 'bfloat16' only where the lab's bf16 rule allows it (runtime/precision.py:
     native bf16), else refused; a float64 target keeps its dtype. Its trajectories and labels are then the bf16
-    target's greedy tokens, which the float32 decode's differ from at near-ties (training data, not a decode under
-    test). Why it is not the default: those labels (64 % of SmolLM2's 64-token trajectories differ from float32's
-    somewhere) for 1.2x on SmolLM2 and 2.2x at the 350M shape on an AMX CPU (docs/real-targets.md)."""
-    v = cfg.teacher_dtype
-    check_teacher_dtype(v)
+    test): 64 % of SmolLM2's 64-token trajectories differ from float32's somewhere, and drafters trained on them
+    accept as many float32 tokens as float32-trained ones (docs/real-targets.md, "A bf16 teacher")."""
+    v = resolve_auto_teacher(cfg.teacher_dtype, rt)
     import torch
 
     if rt.dtype != torch.float32:
@@ -458,7 +472,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     ident = target_identity(rt)
     # the selection rule resolved for this target before any config is compared or recorded: a real target's
     # manifest names it, the mini's records what it always did (train.LATE_TRAIN_KNOBS)
-    cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size)))
+    cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size)),
+                  teacher_dtype=resolve_auto_teacher(cfg.teacher_dtype, rt))  # the same for the teacher's dtype
     imported, source_sha = None, None
     if drafter:
         source = resolve_drafter_source(drafter)
