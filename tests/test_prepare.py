@@ -279,7 +279,7 @@ def test_the_fits_run_without_the_teacher_taps_in_memory(tiny_dir, tmp_path, mon
 
 def test_the_teacher_runs_under_the_dtype_prepare_resolved(tiny_dir, tmp_path, monkeypatch):
     """teacher_dtype 'bfloat16' (native bf16 forced): every teacher forward runs under bf16 autocast and the
-    manifest says so (the default, float32, runs none: test_precision.py)."""
+    manifest says so (the default at a mini-sized vocabulary, float32, runs none: test_precision.py)."""
     import torch
 
     import dflash_core.prepare.pipeline as pipeline
