@@ -168,6 +168,7 @@ def resolve_auto_teacher(value: str, rt) -> str:
 def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
     """The teacher passes' matmul dtype: 'bfloat16' only where the lab's bf16 rule allows it (runtime/precision.py:
     native bf16), else refused; a float64 target keeps its dtype. Its trajectories and labels are then the bf16
+    target's greedy tokens, which the float32 decode's differ from at near-ties (training data, not a decode under
     test): 64 % of SmolLM2's 64-token trajectories differ from float32's somewhere, and drafters trained on them
     accept as many float32 tokens as float32-trained ones (docs/real-targets.md, "A bf16 teacher")."""
     v = resolve_auto_teacher(cfg.teacher_dtype, rt)
