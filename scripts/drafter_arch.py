@@ -184,20 +184,26 @@ def retapped(rt, teacher, taps, cache):
     return feats
 
 
-def reference_set(a, teacher, seeds_kept):
-    """The --heldout-cache teacher set, checked to hold the same seeds (in order) and taps as this run's; or None."""
+def load_teacher_cache(path: Path):
+    """A --teacher-cache file: (teacher set, seeds kept, its teacher dtype; caches written before the flag hold
+    float32 sets). The script's own scratch file: tensors and ints only."""
     import torch
 
     from dflash_core.prepare.teacher import TeacherData
 
+    blob = torch.load(path, weights_only=True)
+    return TeacherData(**blob["teacher"]), blob["seeds_kept"], blob.get("teacher_dtype", "float32")
+
+
+def reference_set(a, teacher, seeds_kept):
+    """The --heldout-cache teacher set, checked to hold the same seeds (in order) and taps as this run's; or None."""
     if not a.heldout_cache:
         return None
     path = Path(a.heldout_cache)
     if not path.is_file():
         fail(f"--heldout-cache {path} is not a file: build it with --teacher-cache first")
-    blob = torch.load(path, weights_only=True)  # the script's own scratch file: tensors and ints only
-    ref = TeacherData(**blob["teacher"])
-    if [list(s) for s in blob["seeds_kept"]] != [list(s) for s in seeds_kept] or len(ref) != len(teacher):
+    ref, ref_seeds, _ = load_teacher_cache(path)
+    if [list(s) for s in ref_seeds] != [list(s) for s in seeds_kept] or len(ref) != len(teacher):
         fail(f"--heldout-cache {path} holds other seeds than this run's teacher set: build it with the same --seeds")
     if tuple(ref.tap_layers) != tuple(teacher.tap_layers):
         fail(f"--heldout-cache {path} is tapped at layers {list(ref.tap_layers)}, this run at "
@@ -286,7 +292,7 @@ def main(argv=None) -> dict:
         teacher_autocast,
         train_seed_ids,
     )
-    from dflash_core.prepare.teacher import TeacherData, teacher_data
+    from dflash_core.prepare.teacher import teacher_data
     from dflash_core.prepare.train import SELECT_RULES, train_drafter
     from dflash_core.progress import ensure_console_logging
     from dflash_core.runtime.drafter import DrafterConfig, default_taps, parameter_count
@@ -374,12 +380,10 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     cache = Path(a.teacher_cache) if a.teacher_cache else None
     if cache is not None and cache.is_file():  # the script's own scratch file: tensors and ints only
-        blob = torch.load(cache, weights_only=True)
-        held_dtype = blob.get("teacher_dtype", "float32")  # caches written before the flag hold float32 sets
+        teacher, seeds_kept, held_dtype = load_teacher_cache(cache)
         if held_dtype != a.teacher_dtype:
             fail(f"--teacher-cache {cache} holds a {held_dtype} teacher set; give --teacher-dtype {held_dtype} or "
                  "another file")
-        teacher, seeds_kept = TeacherData(**blob["teacher"]), blob["seeds_kept"]
     else:
         with teacher_autocast(rt, resolve_teacher_dtype(base, rt)):
             teacher = teacher_data(rt, seeds, base.traj_tokens, taps, a.teacher_top_k or a.distill_top_k or 0)
