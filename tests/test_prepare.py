@@ -11,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from dflash_core.errors import ArtifactError
+from dflash_core.errors import ArtifactError, BadInputError
 from dflash_core.prepare.pipeline import DRAFTER_FILE, prepare
 from dflash_core.prepare.prepared import load_prepared
 from dflash_core.runtime.target import load_target
@@ -345,6 +345,35 @@ def test_the_auto_teacher_dtype_is_bf16_only_at_a_real_vocabulary_where_bf16_is_
     assert P.resolve_auto_teacher(value, rt) == want
 
 
+@pytest.mark.parametrize("value, vocab, model_type, want", [
+    ("auto", 16384, "lfm2", "padded"), ("auto", 16384, "llama", "padded"),  # a real vocabulary, a type that pads
+    ("auto", 64, "lfm2", "length"),  # the mini target's vocabulary: its recipe unchanged
+    ("auto", 16384, "gpt2", "length"),  # a type not known to pad exactly
+    ("length", 16384, "lfm2", "length"), ("padded", 64, "lfm2", "padded"),  # given: as given
+])
+def test_the_auto_teacher_batching_pads_only_at_a_real_vocabulary_of_a_type_that_pads_exactly(value, vocab,
+                                                                                             model_type, want):
+    from types import SimpleNamespace
+
+    import dflash_core.prepare.pipeline as P
+
+    rt = SimpleNamespace(vocab_size=vocab, model=SimpleNamespace(config=SimpleNamespace(model_type=model_type)))
+    assert P.resolve_teacher_batching(value, rt) == want
+
+
+@pytest.mark.parametrize("value, model_type, match", [("padded", "gpt2", "needs a target of model type"),
+                                                      ("zigzag", "lfm2", "must be one of"),
+                                                      (None, "lfm2", "must be one of")])
+def test_a_padded_teacher_is_refused_where_it_could_leak_and_bad_values_are_named(value, model_type, match):
+    from types import SimpleNamespace
+
+    import dflash_core.prepare.pipeline as P
+
+    rt = SimpleNamespace(vocab_size=16384, model=SimpleNamespace(config=SimpleNamespace(model_type=model_type)))
+    with pytest.raises(BadInputError, match=match):
+        P.resolve_teacher_batching(value, rt)
+
+
 @pytest.mark.parametrize("vocab, native, want", [(64, True, "float32"), (16384, True, "bfloat16"),
                                                  (16384, False, "float32")])
 def test_prepare_resolves_the_teacher_dtype_before_it_compares_or_records_a_config(tmp_path, monkeypatch, vocab,
@@ -373,6 +402,9 @@ def test_prepare_resolves_the_teacher_dtype_before_it_compares_or_records_a_conf
         prepare("tiny", home=tmp_path / "home", cfg=cfg, rt=rt, progress=False)
     assert seen["cfg"].teacher_dtype == want
     assert seen["cfg"].to_dict().get("teacher_dtype") == (None if want == "float32" else want)
+    padded = vocab >= 16384  # the tiny target is an LFM2, a type that pads exactly
+    assert seen["cfg"].teacher_batching == ("padded" if padded else "length")
+    assert seen["cfg"].to_dict().get("teacher_batching") == ("padded" if padded else None)
 
 
 @pytest.mark.parametrize("vocab, want", [(64, "accuracy"), (16384, "loss")])

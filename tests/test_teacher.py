@@ -6,8 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dflash_core.prepare.teacher import TeacherData, generate_shard, load_rows, merge_shards, save_rows, teacher_data
-from dflash_core.runtime.target import TargetRuntime, batch_taps
+from dflash_core.errors import BadInputError
+from dflash_core.prepare.teacher import (
+    TeacherData,
+    generate_shard,
+    load_rows,
+    merge_shards,
+    padded_batches,
+    save_rows,
+    teacher_data,
+)
+from dflash_core.runtime.target import TargetRuntime, batch_taps, batch_teacher
 from dflash_core.testing import TinySpec, build_tiny
 
 TAPS = (0, 2, 3)
@@ -34,9 +43,57 @@ def test_captured_taps_and_top_k_equal_one_forward_over_the_trajectory(rt64):
         assert torch.equal(ids, i)
 
 
-def test_sharded_generation_merges_to_the_unsharded_data(rt64):
-    whole = merge_shards([generate_shard(rt64, PROMPTS, 5, TAPS, 3, batch=2)], PROMPTS, TAPS)
-    parts = [generate_shard(rt64, PROMPTS, 5, TAPS, 3, rank=r, world=3, batch=2) for r in range(3)]
+def _tiny_llama64():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2)
+    return TargetRuntime.from_model(LlamaForCausalLM(cfg).to(torch.float64).eval())
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "llama"])
+def test_a_padded_batch_computes_what_each_trajectory_computes_alone(rt64, arch):
+    """Mixed prompt lengths left-padded in one batch: every trajectory, tap row and top-k equals the length-bucketed
+    teacher's and one forward over that trajectory alone (float64), so the padding reaches no real row: not the
+    attention (masked), not RoPE (own positions), not LFM2's short convolutions (pad rows zeroed)."""
+    rt = rt64 if arch == "lfm2" else _tiny_llama64()
+    prompts = PROMPTS + [[40, 41, 42, 43, 44, 45, 46, 47, 48], [9]]
+    taps = TAPS if arch == "lfm2" else (0, 2)
+    want = teacher_data(rt, prompts, 6, taps, top_k=4, batch=2)
+    got = teacher_data(rt, prompts, 6, taps, top_k=4, batch=len(prompts), padded=True)
+    assert got.sequences == want.sequences
+    for seq, a, b, va, vb, ia, ib in zip(got.sequences, got.taps, want.taps, got.top_logits, want.top_logits,
+                                         got.top_ids, want.top_ids):
+        assert a.shape == b.shape == (len(seq) - 1, b.shape[1])
+        torch.testing.assert_close(a, batch_taps(rt, [seq], taps)[0][: len(seq) - 1], rtol=0, atol=1e-10)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+        torch.testing.assert_close(va, vb, rtol=0, atol=1e-6)
+        assert torch.equal(ia, ib)
+
+
+def test_a_padded_batch_is_refused_for_a_model_type_not_known_to_pad_exactly(rt64, monkeypatch):
+    monkeypatch.setattr(rt64.model.config, "model_type", "gpt2")
+    with pytest.raises(BadInputError, match="bucket the prompts by length"):
+        batch_teacher(rt64, [[1, 2], [1, 2, 3]], 2, padded=True)
+
+
+@pytest.mark.parametrize("lengths", [[3, 1, 3, 2, 30, 3, 3, 1, 12], [5] * 9, list(range(1, 40)) + [200]])
+def test_padded_batches_cover_every_prompt_once_within_size_and_waste(lengths):
+    new_tokens, size, waste = 8, 4, 0.1
+    groups = padded_batches(lengths, new_tokens, size, waste)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        top = max(lengths[i] for i in g)
+        assert len(g) <= size
+        assert sum(top - lengths[i] for i in g) <= waste * len(g) * (top + new_tokens) or len(g) == 1
+    assert padded_batches([5] * 9, new_tokens, size, waste) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_sharded_generation_merges_to_the_unsharded_data(rt64, padded):
+    whole = merge_shards([generate_shard(rt64, PROMPTS, 5, TAPS, 3, batch=2, padded=padded)], PROMPTS, TAPS)
+    parts = [generate_shard(rt64, PROMPTS, 5, TAPS, 3, rank=r, world=3, batch=2, padded=padded) for r in range(3)]
     assert all(parts) and set().union(*parts) == set(range(len(PROMPTS)))
     merged = merge_shards(parts, PROMPTS, TAPS)
     assert merged.sequences == whole.sequences
@@ -66,3 +123,19 @@ def test_work_directory_reuses_saved_teacher_data(rt64, tmp_path, monkeypatch):
     again = teacher_data(rt64, PROMPTS, 4, TAPS, 2, work=tmp_path)
     assert isinstance(again, TeacherData) and again.sequences == first.sequences
     assert all(torch.equal(a, b) for a, b in zip(again.taps, first.taps))
+
+
+def test_saved_length_bucketed_data_is_not_reused_for_a_padded_teacher(rt64, tmp_path, monkeypatch):
+    # padded batches compute other float sums than length buckets: a resumed prepare must not mix them
+    teacher_data(rt64, PROMPTS, 4, TAPS, 2, work=tmp_path)
+    from dflash_core.prepare import teacher
+
+    class Generated(Exception):
+        pass
+
+    def generate(*a, **k):
+        raise Generated
+
+    monkeypatch.setattr(teacher, "generate_shard", generate)
+    with pytest.raises(Generated):
+        teacher_data(rt64, PROMPTS, 4, TAPS, 2, work=tmp_path, padded=True)

@@ -30,7 +30,7 @@ from ..runtime.allocator import trim_free_memory
 from ..runtime.device import torch_threads
 from ..runtime.drafter import DrafterConfig, default_taps, parameter_count
 from ..runtime.precision import bf16_linear_weights, train_in_bf16
-from ..runtime.target import load_target
+from ..runtime.target import PADDED_MODEL_TYPES, load_target, pads_exactly
 from ..store.artifacts import (
     TARGET_MANIFEST,
     file_entry,
@@ -54,7 +54,7 @@ from .minitarget import corpus_files as corpus_paths
 from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
-from .teacher import TeacherData, forced_data, teacher_data
+from .teacher import PADDED_BATCH, TeacherData, forced_data, teacher_data
 from .train import (
     LARGE_VOCAB,
     TrainConfig,
@@ -98,6 +98,10 @@ class PrepareConfig:
     # 'bfloat16' at a real vocabulary where the lab's bf16 rule allows it (2.1-2.3x float32's speed at the 350M shape
     # on AMX and AVX512-BF16 CPUs, 1.2x on SmolLM2) and 'float32' elsewhere (the mini target: its recipe unchanged);
     # its labels leave float32 greedy at near-ties, which cost no measured acceptance (docs/real-targets.md)
+    teacher_batching: str = "auto"  # how the teacher groups its prompts: 'length' (one length a batch, no padding)
+    # or 'padded' (mixed lengths left-padded, `teacher.padded_batches`); 'auto' is 'padded' at a real vocabulary
+    # where the model type pads exactly (`target.pads_exactly`: the shipped seeds' lengths spread over ~30 values,
+    # so length buckets make many small batches) and 'length' elsewhere (the mini target: its recipe unchanged)
     train_data: str | None = None  # --train-data: where train seeds are cut from (None: the family's shipped corpus)
     train: TrainConfig = field(default_factory=TrainConfig)
     aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
@@ -118,8 +122,8 @@ class PrepareConfig:
 # their defaults a config writes (and compares as) the dict it wrote before they existed, so homes and the shipped
 # bundle stay current; set, they are recorded and compared. teacher_dtype has two: 'auto' (an unresolved config:
 # prepare records the resolved dtype) and 'float32' (what 'auto' resolves to for the mini target, and what every home
-# was built with before the knob).
-LATE_KNOBS = {"anchor_embed": (False,), "teacher_dtype": ("auto", "float32")}
+# was built with before the knob); teacher_batching likewise ('length' is what every home was built with before it).
+LATE_KNOBS = {"anchor_embed": (False,), "teacher_dtype": ("auto", "float32"), "teacher_batching": ("auto", "length")}
 
 
 FORCED_TOKENS = 262144  # the auto budget of teacher-forced text at a real vocabulary (~1.8 GB of taps at 135M)
@@ -163,6 +167,23 @@ def resolve_auto_teacher(value: str, rt) -> str:
 
     native = rt.dtype == torch.float32 and train_in_bf16(str(rt.device))
     return "bfloat16" if native and rt.vocab_size >= LARGE_VOCAB else "float32"
+
+
+TEACHER_BATCHINGS = ("auto", "length", "padded")
+
+
+def resolve_teacher_batching(value, rt) -> str:
+    """PrepareConfig.teacher_batching resolved for this target: 'auto' is 'padded' at a real vocabulary (>=
+    LARGE_VOCAB) where the model type pads exactly, else 'length'; 'padded' asked of a model type that does not is
+    refused (its padding could leak into real rows)."""
+    if not isinstance(value, str) or value not in TEACHER_BATCHINGS:
+        raise BadInputError(f"teacher_batching must be one of {', '.join(TEACHER_BATCHINGS)}, got {str(value)[:40]!r}")
+    if value == "auto":
+        return "padded" if rt.vocab_size >= LARGE_VOCAB and pads_exactly(rt) else "length"
+    if value == "padded" and not pads_exactly(rt):
+        raise BadInputError(f"teacher_batching 'padded' needs a target of model type {', '.join(PADDED_MODEL_TYPES)}; "
+                            "use teacher_batching 'length'")
+    return value
 
 
 def resolve_teacher_dtype(cfg: PrepareConfig, rt) -> str:
@@ -474,7 +495,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     # the selection rule resolved for this target before any config is compared or recorded: a real target's
     # manifest names it, the mini's records what it always did (train.LATE_TRAIN_KNOBS)
     cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size)),
-                  teacher_dtype=resolve_auto_teacher(cfg.teacher_dtype, rt))  # the same for the teacher's dtype
+                  teacher_dtype=resolve_auto_teacher(cfg.teacher_dtype, rt),  # the same for the teacher's dtype
+                  teacher_batching=resolve_teacher_batching(cfg.teacher_batching, rt))  # and its batches
     imported, source_sha = None, None
     if drafter:
         source = resolve_drafter_source(drafter)
@@ -509,8 +531,10 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     top_k = cfg.train.distill_top_k if imported is None else 0
     world = dist.world_size()
     teacher_dtype = resolve_teacher_dtype(cfg, rt)
+    padded = cfg.teacher_batching == "padded"  # resolved above
     key = teacher_key(ident, RECIPE, cfg.traj_tokens, seeds, f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}"
-                      + ("" if teacher_dtype == "float32" else f"/teacher {teacher_dtype}"))
+                      + ("" if teacher_dtype == "float32" else f"/teacher {teacher_dtype}")
+                      + ("/padded" if padded else ""))
     # An imported drafter needs only the target's trajectories (no taps, no top-k): the target's own artifacts'
     # are reused when they are exactly what this prepare would generate (same teacher key). Training our own
     # drafter needs the taps and top-k captured in the generating forwards, so it always runs teacher_data
@@ -532,7 +556,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         t0 = time.perf_counter()
         with teacher_autocast(rt, teacher_dtype):
             teacher = teacher_data(rt, seeds, cfg.traj_tokens, taps if imported is None else (), top_k, work=work,
-                                   progress=progress, dtype=teacher_dtype)
+                                   progress=progress, dtype=teacher_dtype, padded=padded)
         trajs = teacher.sequences
         t_traj = time.perf_counter() - t0
         _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
@@ -593,7 +617,9 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),
                     **metrics},
         "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj,
-                    "tokens": len(trajs) * cfg.traj_tokens, "batched": "by prompt length, no padding", "key": key,
+                    "tokens": len(trajs) * cfg.traj_tokens,
+                    "batched": (f"mixed lengths left-padded, up to {PADDED_BATCH} a batch" if padded
+                                else "by prompt length, no padding"), "key": key,
                     "ranks": world, "taps_and_top_k": "captured in the generating forwards", "top_k": top_k,
                     "dtype": teacher_dtype, **({"reused_from": str(own)} if found is not None else {})},
         "forced_text": forced_record,

@@ -2,9 +2,10 @@
 target (hidden-state taps of every fed row, the target's top-k logits at every generated position) captured in
 the same forwards, so no second pass over the data recomputes them.
 
-Generation is batched by prompt length (no padding) and can be sharded over the ranks of a `torchrun` group:
-the length buckets are the same as unsharded and each rank runs every `world`-th of them, so each bucket
-computes exactly what it computes in one process and the merged result equals the unsharded one. Each rank
+Generation is batched by prompt length (no padding) or, for a target that pads exactly, in left-padded batches of
+mixed lengths (`padded_batches`, PrepareConfig.teacher_batching), and can be sharded over the ranks of a `torchrun`
+group: the batches are the same as unsharded and each rank runs every `world`-th of them, so each batch computes
+exactly what it computes in one process and the merged result equals the unsharded one. Each rank
 writes its shard to the run's work directory; every rank then reads all shards, and the merged data is kept
 there (`teacher.safetensors`) so a killed `prepare` resumes without generating again.
 """
@@ -30,6 +31,9 @@ from . import distributed as dist
 log = logging.getLogger(__name__)
 
 TEACHER_BATCH = 128  # prompts per batched teacher forward: fills 2 cores on the mini target, small in memory
+PADDED_BATCH = 256  # prompts per padded batch (`padded_batches`): SmolLM2's teacher made 238 tokens/s at 256 rows,
+# 183 at 128 and 227 at 512 on a 2-core AVX2 EPYC (docs/real-targets.md, "A padded teacher")
+PAD_WASTE = 0.1  # a padded batch's pad rows stay under this share of the rows it feeds (prompt + new tokens)
 TEACHER_FILE = "teacher.safetensors"
 
 
@@ -99,15 +103,35 @@ def length_buckets(seqs: Sequence[Sequence[int]], size: int) -> list[list[int]]:
     return [idx[j:j + size] for _, idx in sorted(by_len.items()) for j in range(0, len(idx), size)]
 
 
+def padded_batches(lengths: Sequence[int], new_tokens: int, size: int = PADDED_BATCH,
+                   waste: float = PAD_WASTE) -> list[list[int]]:
+    """Indices grouped for left-padded batches: by ascending length, at most `size` a batch, and a new batch
+    wherever the pad rows would pass `waste` of the rows the batch feeds (the prompts padded to the longest, then
+    `new_tokens` steps), so one long prompt does not make 255 short ones pay its length."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda j: (lengths[j], j)):
+        nxt = cur + [i]
+        pads = sum(lengths[i] - lengths[j] for j in nxt)
+        if cur and (len(nxt) > size or pads > waste * len(nxt) * (lengths[i] + new_tokens)):
+            out.append(cur)
+            nxt = [i]
+        cur = nxt
+    return out + [cur] if cur else out
+
+
 def generate_shard(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int], top_k: int,
-                   rank: int = 0, world: int = 1, batch: int = TEACHER_BATCH, progress: bool = False) -> dict:
-    """This rank's buckets (every `world`-th, from `rank`): {prompt index: (sequence, taps, top values, top ids)}."""
+                   rank: int = 0, world: int = 1, batch: int = TEACHER_BATCH, progress: bool = False,
+                   padded: bool = False) -> dict:
+    """This rank's batches (every `world`-th, from `rank`): {prompt index: (sequence, taps, top values, top ids)}.
+    `padded`: left-padded batches of `padded_batches` (of up to `batch` prompts) instead of length buckets."""
     prompts = [list(p) for p in prompts]
-    mine = length_buckets(prompts, batch)[rank::world]
+    groups = padded_batches([len(p) for p in prompts], new_tokens, batch) if padded else length_buckets(prompts, batch)
+    mine = groups[rank::world]
     out: dict[int, tuple] = {}
     desc = "teacher batches" if world == 1 else f"teacher batches (rank {rank}/{world})"
     for idx in logged(mine, desc, len(mine), log, show=progress):
-        conts, hid, tops = batch_teacher(rt, [prompts[i] for i in idx], new_tokens, taps, top_k)
+        conts, hid, tops = batch_teacher(rt, [prompts[i] for i in idx], new_tokens, taps, top_k, padded=padded)
         for r, i in enumerate(idx):
             top_v, top_i = (None, None) if tops is None else (tops[0][r].contiguous(), tops[1][r].contiguous())
             out[i] = (prompts[i] + conts[r], None if hid is None else hid[r].contiguous(), top_v, top_i)
@@ -126,22 +150,25 @@ def merge_shards(shards: Sequence[dict], prompts: Sequence[Sequence[int]], taps:
 
 
 def teacher_data(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int] = (), top_k: int = 0,
-                 *, work: Path | None = None, batch: int = TEACHER_BATCH, progress: bool = False,
-                 dtype: str = "float32") -> TeacherData:
+                 *, work: Path | None = None, batch: int | None = None, progress: bool = False,
+                 dtype: str = "float32", padded: bool = False) -> TeacherData:
     """Generate (or, from `work`, reload) the teacher data; sharded over the ranks of a torchrun group.
 
     Every rank returns the whole merged data. Without a process group this is one shard in this process. With
     `work`, the merged data is saved there by rank 0 and reused by a later call with the same inputs. `dtype`:
-    the matmul dtype the caller runs the target's forwards in (its autocast), part of the reuse key.
+    the matmul dtype the caller runs the target's forwards in (its autocast), part of the reuse key, as is
+    `padded` (left-padded batches of mixed prompt lengths, `padded_batches`; `batch` defaults to PADDED_BATCH then,
+    else TEACHER_BATCH).
     """
     rank, world = dist.rank(), dist.world_size()
-    key = _key(prompts, new_tokens, taps, top_k, dtype)
+    batch = batch or (PADDED_BATCH if padded else TEACHER_BATCH)
+    key = _key(prompts, new_tokens, taps, top_k, dtype, padded)
     if work is not None:
         rows = load_rows(work / TEACHER_FILE, key)
         if rows is not None:
             log.info("teacher data reloaded from %s (a resumed prepare)", work / TEACHER_FILE)
             return merge_shards([rows], prompts, taps)
-    shard = generate_shard(rt, prompts, new_tokens, taps, top_k, rank, world, batch, progress)
+    shard = generate_shard(rt, prompts, new_tokens, taps, top_k, rank, world, batch, progress, padded)
     if world == 1:
         data = merge_shards([shard], prompts, taps)
     elif work is None:
@@ -170,11 +197,13 @@ def rows_of(data: TeacherData) -> dict:
     return {i: (data.sequences[i], *(None if c is None else c[i] for c in cols)) for i in range(len(data))}
 
 
-def _key(prompts, new_tokens, taps, top_k, dtype: str = "float32") -> str:
+def _key(prompts, new_tokens, taps, top_k, dtype: str = "float32", padded: bool = False) -> str:
     doc = {"prompts": [list(map(int, p)) for p in prompts], "new_tokens": int(new_tokens),
            "taps": [int(t) for t in taps], "top_k": int(top_k)}
     if dtype != "float32":  # float32 keys stay what they were before the teacher had a dtype
         doc["dtype"] = dtype
+    if padded:  # and length-bucketed keys what they were before padded batches
+        doc["padded"] = True
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
 
 

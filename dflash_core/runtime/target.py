@@ -306,8 +306,21 @@ def batch_greedy(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens
     return batch_teacher(rt, prompts, new_tokens)[0]
 
 
+# Model types whose forward takes a left-padded batch (attention mask + position ids) and computes for each row
+# what the unpadded row computes: attention masks the pad keys, RoPE reads the given positions, and LFM2 zeroes
+# pad rows before its short convolutions (a causal conv's own left padding is zeros too). Checked by
+# tests/test_teacher.py on tiny float64 models of both; any other type keeps the length buckets, since a layer
+# that does not mask (a recurrent state, a learned absolute position) would carry the padding into real rows.
+PADDED_MODEL_TYPES = ("lfm2", "llama")
+
+
+def pads_exactly(rt: TargetRuntime) -> bool:
+    """Whether this target's batches may mix prompt lengths by left padding (PADDED_MODEL_TYPES)."""
+    return getattr(getattr(rt.model, "config", None), "model_type", None) in PADDED_MODEL_TYPES
+
+
 def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int] = (),
-                  top_k: int = 0) -> tuple[list[list[int]], Any, Any]:
+                  top_k: int = 0, padded: bool = False) -> tuple[list[list[int]], Any, Any]:
     """`batch_greedy`, plus what drafter training needs from the same forwards (no second pass over the data):
 
     * taps [n, plen + new_tokens - 1, n_taps * hidden]: the hidden-state taps of every row the target was fed
@@ -316,22 +329,40 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
     * top-k (values, ids) [n, new_tokens, k] of the target's logits at rows plen-1 .. plen+new_tokens-2, i.e.
       the distribution each generated token was the argmax of (float32 values).
     Either is None when not asked for (`taps=()`, `top_k=0`).
+
+    `padded`: prompts of several lengths in one batch, left-padded with an attention mask and their own position
+    ids (only for `pads_exactly` targets); the taps are then a list, row i [len(prompt i) + new_tokens - 1, ...].
+    A bucket of one length makes a small batch, and the 2 cores run a 32-row step at under half the tokens per
+    second of a 256-row one (docs/real-targets.md, "A padded teacher").
     """
     import torch
     from transformers import DynamicCache
 
-    lens = {len(p) for p in prompts}
-    if len(lens) != 1 or 0 in lens:
-        raise BadInputError(f"batch_greedy needs non-empty prompts of one length, got lengths {sorted(lens)}: "
+    lens = [len(p) for p in prompts]
+    if not lens or 0 in lens:
+        raise BadInputError("batch_greedy needs non-empty prompts")
+    if padded and not pads_exactly(rt):
+        raise BadInputError(f"a padded teacher batch needs a model type of {', '.join(PADDED_MODEL_TYPES)} (got "
+                            f"{getattr(rt.model.config, 'model_type', None)!r}): bucket the prompts by length")
+    if not padded and len(set(lens)) != 1:
+        raise BadInputError(f"batch_greedy needs non-empty prompts of one length, got lengths {sorted(set(lens))}: "
                             "bucket the prompts by length first (train.trajectories does)")
     if new_tokens <= 0:
         return [[] for _ in prompts], None, None
+    width = max(lens)
+    pad = [width - n for n in lens]
     cache = DynamicCache(config=rt.model.config)
-    inp = torch.tensor([list(p) for p in prompts], dtype=torch.long, device=rt.device)
+    inp = torch.tensor([[0] * k + list(p) for k, p in zip(pad, prompts)], dtype=torch.long, device=rt.device)
     kwargs: dict[str, Any] = {"output_hidden_states": [int(t) + 1 for t in taps]} if taps else {}
+    mask = pos = None
+    if padded:  # pad rows: id 0, masked out, position 0; real rows count their positions from 0
+        mask = torch.tensor([[0] * k + [1] * n for k, n in zip(pad, lens)], dtype=torch.long, device=rt.device)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cols, hid, top_v, top_i = [], [], [], []
     with torch.inference_mode():
         for _ in range(new_tokens):
+            if padded:
+                kwargs.update(attention_mask=mask, position_ids=pos)
             out = rt.model(input_ids=inp, cache=cache, use_cache=True, logits_to_keep=1, **kwargs)
             last = out.logits[:, -1]
             if top_k:
@@ -342,7 +373,12 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
                 hid.append(torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).cpu())
             inp = last.argmax(dim=-1, keepdim=True)
             cols.append(inp)
+            if padded:
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                pos = pos[:, -1:] + 1
     hidden = torch.cat(hid, dim=1) if taps else None
+    if padded and hidden is not None:
+        hidden = [hidden[r, k:] for r, k in enumerate(pad)]
     tops = (torch.stack(top_v, 1), torch.stack(top_i, 1)) if top_k else None
     return torch.cat(cols, dim=1).tolist(), hidden, tops
 
