@@ -50,11 +50,11 @@ def reference_loss(drafter, embed, head, tok, ft, anc, gamma):
     return (ce * w).sum(-1).mean() / w.sum()
 
 
-def setup(shape: str, seqs: int = 16, rows: int = 80):
+def setup(shape: str, seqs: int = 16, rows: int = 80, draft_vocab: int = 0):
     H, V, taps = SHAPES[shape]
     torch.manual_seed(0)
     dcfg = DrafterConfig(hidden_size=H, vocab_size=V, taps=taps, block_size=16, num_layers=1, num_heads=4,
-                         intermediate_size=2 * H, mask_token_id=0)
+                         intermediate_size=2 * H, mask_token_id=0, draft_vocab=min(draft_vocab, V))
     embed = nn.Embedding(V, H)
     nn.init.normal_(embed.weight, std=0.02)
     head = nn.Linear(H, V, bias=False)
@@ -92,9 +92,11 @@ def top_ops(step) -> list[dict]:
             for e in sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:6]]
 
 
-def profile(shape: str, variant: str, steps: int, anchors: int, ops: bool) -> dict:
-    dcfg, embed, head, data = setup(shape)
+def profile(shape: str, variant: str, steps: int, anchors: int, ops: bool, draft_vocab: int = 0) -> dict:
+    dcfg, embed, head, data = setup(shape, draft_vocab=draft_vocab)
     drafter = init_drafter(dcfg, 0)
+    if dcfg.draft_vocab:  # prepare's head over K draft ids (an ascending map, as prepare's; which ids: no matter here)
+        drafter.set_draft_map(torch.arange(dcfg.draft_vocab))
     opt = torch.optim.AdamW(drafter.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(0)
     one_step(variant, drafter, opt, embed, head, data, anchors, gen)  # warm-up
@@ -106,7 +108,8 @@ def profile(shape: str, variant: str, steps: int, anchors: int, ops: bool) -> di
         cpu.append(1000 * (time.process_time() - c0))
     top = top_ops(lambda: one_step(variant, drafter, opt, embed, head, data, anchors, gen)) if ops else []
     H, V, _ = SHAPES[shape]
-    return {"shape": shape, "hidden": H, "vocab": V, "variant": variant, "head_rows": 16 * anchors * 16,
+    return {"shape": shape, "hidden": H, "vocab": V, "draft_vocab": dcfg.draft_vocab, "variant": variant,
+            "head_rows": 16 * anchors * 16,
             "wall_ms": wall, "cpu_ms": cpu, "cpu_ms_min": min(cpu), "top_ops": top}
 
 
@@ -118,12 +121,14 @@ def main(argv=None) -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--anchors", type=int, default=8)
     ap.add_argument("--ops", action="store_true", help="also profile the top ops of one step (torch.profiler)")
+    ap.add_argument("--draft-vocab", type=int, default=0, help="the drafter's head over K draft ids, as prepare's "
+                    "at a real vocabulary (K 8,192 on SmolLM2, 16,384 at 350M); 0: the full vocabulary")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     out = []
     for shape in a.shape or ["135m", "350m"]:
         for v in a.variants.split(","):
-            r = profile(shape, v, a.steps, a.anchors, a.ops)
+            r = profile(shape, v, a.steps, a.anchors, a.ops, a.draft_vocab)
             top = f" (top op {r['top_ops'][0]['op']} {r['top_ops'][0]['self_cpu_ms']:.0f} ms)" if a.ops else ""
             print(f"{shape} {v}: cpu {r['cpu_ms_min']:.0f} ms/step, wall {min(r['wall_ms']):.0f} ms{top}",
                   file=sys.stderr, flush=True)

@@ -301,8 +301,32 @@ def test_the_teacher_runs_under_the_dtype_prepare_resolved(tiny_dir, tmp_path, m
     assert json.loads((out / "manifest.json").read_text())["teacher"]["dtype"] == "bfloat16"
 
 
+def test_the_teacher_pads_its_batches_where_prepare_resolved_padding(tiny_dir, tmp_path, monkeypatch):
+    """teacher_batching 'padded' (the auto choice at a real vocabulary): every teacher batch runs padded, the seeds'
+    lengths mix in one batch, and the manifest says so (the mini-sized default runs length buckets: the test
+    above and the pinned mini config)."""
+    import dflash_core.prepare.teacher as teacher
+
+    seen: list[tuple[bool, int]] = []
+    real = teacher.batch_teacher
+
+    def probe(rt, prompts, *a, **k):
+        seen.append((k.get("padded", False), len({len(p) for p in prompts})))
+        return real(rt, prompts, *a, **k)
+
+    monkeypatch.setattr(teacher, "batch_teacher", probe)
+    rt = load_target(str(tiny_dir), "cpu", "float32")
+    cfg = replace(TINY_PREP, teacher_batching="padded", aux_steps=1)
+    out = prepare(str(tiny_dir), home=tmp_path / "padded", cfg=cfg, rt=rt, progress=False)
+    assert seen and all(padded for padded, _ in seen) and max(n for _, n in seen) > 1
+    doc = json.loads((out / "manifest.json").read_text())
+    assert doc["teacher"]["batched"].startswith("mixed lengths left-padded")
+    assert doc["prepare_config"]["teacher_batching"] == "padded"
+
+
 @pytest.mark.parametrize("field, value", [("anchor_embed", "yes"), ("anchor_embed", "auto"), ("teacher_dtype", "fp32"),
-                                          ("teacher_dtype", None), ("teacher_dtype", 32)])
+                                          ("teacher_dtype", None), ("teacher_dtype", 32),
+                                          ("teacher_batching", "pad"), ("teacher_batching", True)])
 def test_prepare_refuses_bad_teacher_and_drafter_knobs_before_any_work(tmp_path, field, value):
     from dflash_core.errors import BadInputError
     from dflash_core.prepare.pipeline import PrepareConfig

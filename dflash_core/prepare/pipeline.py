@@ -172,12 +172,16 @@ def resolve_auto_teacher(value: str, rt) -> str:
 TEACHER_BATCHINGS = ("auto", "length", "padded")
 
 
+def check_teacher_batching(value) -> None:
+    if not isinstance(value, str) or value not in TEACHER_BATCHINGS:
+        raise BadInputError(f"teacher_batching must be one of {', '.join(TEACHER_BATCHINGS)}, got {str(value)[:40]!r}")
+
+
 def resolve_teacher_batching(value, rt) -> str:
     """PrepareConfig.teacher_batching resolved for this target: 'auto' is 'padded' at a real vocabulary (>=
     LARGE_VOCAB) where the model type pads exactly, else 'length'; 'padded' asked of a model type that does not is
     refused (its padding could leak into real rows)."""
-    if not isinstance(value, str) or value not in TEACHER_BATCHINGS:
-        raise BadInputError(f"teacher_batching must be one of {', '.join(TEACHER_BATCHINGS)}, got {str(value)[:40]!r}")
+    check_teacher_batching(value)
     if value == "auto":
         return "padded" if rt.vocab_size >= LARGE_VOCAB and pads_exactly(rt) else "length"
     if value == "padded" and not pads_exactly(rt):
@@ -385,6 +389,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     check_train_knobs(cfg.train)
     check_anchor_embed(cfg.anchor_embed)
     check_teacher_dtype(cfg.teacher_dtype)
+    check_teacher_batching(cfg.teacher_batching)
     if train_data is not None:
         cfg = replace(cfg, train_data=str(train_data))
     pinned: tuple[str, ...] = ()  # knobs given on this run: compared even where the recorded config is accepted
