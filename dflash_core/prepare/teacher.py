@@ -31,8 +31,9 @@ from . import distributed as dist
 log = logging.getLogger(__name__)
 
 TEACHER_BATCH = 128  # prompts per batched teacher forward: fills 2 cores on the mini target, small in memory
-PADDED_BATCH = 256  # prompts per padded batch (`padded_batches`): SmolLM2's teacher made 238 tokens/s at 256 rows,
-# 183 at 128 and 227 at 512 on a 2-core AVX2 EPYC (docs/real-targets.md, "A padded teacher")
+PADDED_BATCH = 256  # prompts per padded batch (`padded_batches`): on a 2-core AVX2 EPYC SmolLM2's teacher made
+# 104 tokens/s at 32 rows, 183 at 128, 180-238 at 256 (runs of one batch), 227 at 512: past 128 rows little changes
+# (docs/real-targets.md, "A padded teacher")
 PAD_WASTE = 0.1  # a padded batch's pad rows stay under this share of the rows it feeds (prompt + new tokens)
 TEACHER_FILE = "teacher.safetensors"
 
@@ -110,22 +111,25 @@ def padded_batches(lengths: Sequence[int], new_tokens: int, size: int = PADDED_B
     `new_tokens` steps), so one long prompt does not make 255 short ones pay its length."""
     out: list[list[int]] = []
     cur: list[int] = []
+    fed = 0  # the prompt rows of `cur`
     for i in sorted(range(len(lengths)), key=lambda j: (lengths[j], j)):
-        nxt = cur + [i]
-        pads = sum(lengths[i] - lengths[j] for j in nxt)
-        if cur and (len(nxt) > size or pads > waste * len(nxt) * (lengths[i] + new_tokens)):
+        n, top = len(cur) + 1, lengths[i]  # ascending: i is the longest so far
+        if cur and (n > size or n * top - (fed + top) > waste * n * (top + new_tokens)):
             out.append(cur)
-            nxt = [i]
-        cur = nxt
+            cur, fed = [], 0
+        cur.append(i)
+        fed += top
     return out + [cur] if cur else out
 
 
 def generate_shard(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int], top_k: int,
-                   rank: int = 0, world: int = 1, batch: int = TEACHER_BATCH, progress: bool = False,
+                   rank: int = 0, world: int = 1, batch: int | None = None, progress: bool = False,
                    padded: bool = False) -> dict:
     """This rank's batches (every `world`-th, from `rank`): {prompt index: (sequence, taps, top values, top ids)}.
-    `padded`: left-padded batches of `padded_batches` (of up to `batch` prompts) instead of length buckets."""
+    `padded`: left-padded batches of `padded_batches` instead of length buckets; `batch` (prompts a batch)
+    defaults to PADDED_BATCH then, else TEACHER_BATCH."""
     prompts = [list(p) for p in prompts]
+    batch = batch or (PADDED_BATCH if padded else TEACHER_BATCH)
     groups = padded_batches([len(p) for p in prompts], new_tokens, batch) if padded else length_buckets(prompts, batch)
     mine = groups[rank::world]
     out: dict[int, tuple] = {}
@@ -157,11 +161,9 @@ def teacher_data(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Se
     Every rank returns the whole merged data. Without a process group this is one shard in this process. With
     `work`, the merged data is saved there by rank 0 and reused by a later call with the same inputs. `dtype`:
     the matmul dtype the caller runs the target's forwards in (its autocast), part of the reuse key, as is
-    `padded` (left-padded batches of mixed prompt lengths, `padded_batches`; `batch` defaults to PADDED_BATCH then,
-    else TEACHER_BATCH).
+    `padded` (left-padded batches of mixed prompt lengths, `generate_shard`).
     """
     rank, world = dist.rank(), dist.world_size()
-    batch = batch or (PADDED_BATCH if padded else TEACHER_BATCH)
     key = _key(prompts, new_tokens, taps, top_k, dtype, padded)
     if work is not None:
         rows = load_rows(work / TEACHER_FILE, key)
