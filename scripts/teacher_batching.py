@@ -20,9 +20,10 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     import torch
 
+    from dflash_core.errors import BadInputError
     from dflash_core.prepare.pipeline import PrepareConfig, family_for, train_seed_ids
     from dflash_core.prepare.teacher import teacher_data
     from dflash_core.runtime.drafter import default_taps
@@ -37,13 +38,11 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     modes = a.modes.split(",")
     if not set(modes) <= {"length", "padded"} or not 1 <= a.train_seeds <= 1_000_000 or not 1 <= a.tokens <= 4096:
-        print("error: --modes takes length and padded, --train-seeds 1..1000000, --tokens 1..4096", file=sys.stderr)
-        sys.exit(2)
+        raise BadInputError("--modes takes length and padded, --train-seeds 1..1000000, --tokens 1..4096")
     torch.set_num_threads(a.threads)
     rt = load_target(a.target, "cpu", "float32")
     if "padded" in modes and not pads_exactly(rt):
-        print(f"error: {a.target} is not a model type that pads exactly: run --modes length", file=sys.stderr)
-        sys.exit(2)
+        raise BadInputError(f"{a.target} is not a model type that pads exactly: run --modes length")
     cfg = PrepareConfig(corpus_seeds=a.train_seeds)
     seeds = train_seed_ids(rt, cfg, family_for(rt, cfg))
     taps = default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers))
@@ -57,7 +56,10 @@ def main(argv=None) -> None:
     if len(last) == 2:
         same = sum(x == y for x, y in zip(last["length"].sequences, last["padded"].sequences))
         print(f"identical trajectories: {same} / {len(seeds)}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    from dflash_core.errors import guarded
+
+    sys.exit(guarded(main))  # bad input: one `error:` line and exit 2
