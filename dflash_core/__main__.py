@@ -143,8 +143,8 @@ def check_device_args(device: str, dtype: str, kernels: str):
     """Device, dtype and kernel path, checked before anything is built or loaded. Returns the torch.device."""
     dev = resolve_device(check_device_name(device))
     tdtype = resolve_dtype(dtype, dev)
-    if kernels == "onednn" and (dev.type != "cpu" or str(tdtype) != "torch.float32"):
-        raise BadInputError(f"--kernels onednn is for CPU float32 targets (asked: {device} "
+    if kernels in ("onednn", "tuned") and (dev.type != "cpu" or str(tdtype) != "torch.float32"):
+        raise BadInputError(f"--kernels {kernels} is for CPU float32 targets (asked: {device} "
                             f"{str(tdtype).replace('torch.', '')}); use --kernels eager or auto")
     return dev
 
@@ -292,7 +292,7 @@ def cmd_run(a) -> int:
     ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)
     doc = {"method": a.method, "target": a.target, "device": str(rt.device),
            "dtype": str(rt.dtype).replace("torch.", ""),  # as --dtype spells it
-           "kernels": rt.kernels,
+           "kernels": rt.kernels, "kernel_layouts": rt.info.get("kernel_layouts"),
            "prompt": a.prompt, "prompt_ids": prompt_ids, "ids": ids, "text": rt.decode(ids),
            "stats": stats.to_dict()}
     doc["stats"].pop("margins", None)

@@ -18,7 +18,7 @@ from .errors import BadInputError
 from .savedruns import read_source, resolve_source
 
 DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
-KERNEL_CHOICES = ("auto", "eager", "onednn")
+KERNEL_CHOICES = ("auto", "eager", "onednn", "tuned")
 TEACHER_DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # prepare's teacher passes (pipeline.resolve_auto_teacher)
 HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
 MAX_THREADS = 256
@@ -168,8 +168,9 @@ OPTIONS: tuple[Option, ...] = (
            commands=("run", "bench"), pytest_scope="root", bench=True),
     Option("gpu_dtype", "DFLASH_GPU_DTYPE", "float16", "what dtype auto means on CUDA",
            choices=DTYPE_CHOICES[1:]),
-    Option("kernels", "DFLASH_KERNELS", "auto", "linear-layer path: auto (oneDNN-prepacked for CPU float32 targets "
-           "with hidden >= 1024, eager otherwise), eager, onednn (CPU float32 only)", choices=KERNEL_CHOICES,
+    Option("kernels", "DFLASH_KERNELS", "auto", "linear-layer path: auto (tuned for CPU float32 targets with hidden "
+           ">= 512, eager otherwise), eager, onednn (prepacked), tuned (per row count the weight layout a probe at "
+           "load measured fastest; CPU float32 only)", choices=KERNEL_CHOICES,
            cli="--kernels", pytest="--kernels", commands=("run", "bench"), pytest_scope="root", bench=True),
     Option("drafter", "DFLASH_DRAFTER", None, "a transformers-format DFlash drafter (directory or hub id) used "
            "instead of training one; prepare fits every method's artifacts on it", cli="--drafter",

@@ -110,6 +110,8 @@ class BenchSession:
                          "ranking_width": self.ranking_width, "chosen": self.chosen(), "size_plan": self.size_plan},
             "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
                        "kernels": self.rt.kernels, "source": self.rt.source,
+                       "kernel_layouts": (getattr(self.rt, "info", None) or {}).get("kernel_layouts"),
+                       "drafter_kernel_layouts": (getattr(self.rt, "info", None) or {}).get("drafter_kernel_layouts"),
                        "mini_seed": (getattr(self.rt, "info", None) or {}).get("mini_seed")},
             "provenance": {"versions": versions(), "seeds": man.get("seeds"),
                            "artifacts": {"directory": str(self.prepared.directory), "files": man.get("files"),

@@ -102,6 +102,13 @@ def load_prepared(rt, *, home=None, required: tuple[str, ...] = (), drafter: str
                             f"prepare --target {ident.get('name', '<target>')} --refresh`") from exc
     dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
     drafter = drafter.to(device=rt.device, dtype=dt).eval()
-    if getattr(rt, "kernels", "eager") != "eager" and dt == torch.float32:
-        apply_kernels(drafter, rt.kernels)  # the drafter runs on the same execution path as the target
+    kernels = getattr(rt, "kernels", "eager")
+    if kernels == "tuned" and dt == torch.float32:  # a table probed on the drafter's own weights: they are small
+        from ..runtime.layouts import probe  # enough to sit in cache, where the target's stream from memory
+
+        table = probe(drafter)
+        apply_kernels(drafter, kernels, table=table)
+        rt.info["drafter_kernel_layouts"] = table.to_dict()
+    elif kernels != "eager" and dt == torch.float32:
+        apply_kernels(drafter, kernels)  # the drafter runs on the same execution path as the target
     return Prepared(directory=d, manifest=doc, drafter=drafter)

@@ -73,6 +73,26 @@ def _run_info(doc: dict) -> str:
     return (f"<div class=muted id=run-info>{'run' if n == 1 else f'{n} pooled runs'}: " + " | ".join(parts) + "</div>")
 
 
+def kernels_note(tgt: dict) -> str:
+    """The target's linear-layer path, and for `tuned` which layout ran at which row counts (a saved run is hostile:
+    anything malformed shows the path alone)."""
+    path = str(tgt.get("kernels") or "eager")[:16]
+    lay = tgt.get("kernel_layouts")
+    rows = lay.get("rows") if isinstance(lay, dict) else None
+    choice = lay.get("choice") if isinstance(lay, dict) else None
+    if not (isinstance(rows, list) and isinstance(choice, list) and 0 < len(rows) == len(choice) <= 64
+            and all(isinstance(r, int) and not isinstance(r, bool) for r in rows)
+            and all(isinstance(c, str) for c in choice)):
+        return path
+    spans, start = [], 0
+    for i in range(1, len(rows) + 1):
+        if i == len(rows) or choice[i] != choice[start]:
+            hi = f"-{rows[i] - 1}" if i < len(rows) and rows[i] - 1 > rows[start] else ("+" if i == len(rows) else "")
+            spans.append(f"{choice[start][:8]} at {rows[start]}{hi} row{'' if hi == '' and rows[start] == 1 else 's'}")
+            start = i
+    return f"{path} ({', '.join(spans)})"
+
+
 def _model_hashes(doc: dict) -> str:
     """Which model was measured, in full: the target's content and weights SHA-256 and every artifact's SHA-256
     (from benchmark.json's target and provenance), so two reports can be checked to show the same model."""
@@ -676,6 +696,7 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
 {_group_kpi(doc)}<div>ranking width<b>{_e(rk.get('width') if rk.get('width') is not None else '–')}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
  {_e(st.get('rounds', '?'))} paired rounds · {_e(st.get('threads', '?'))} threads · dtype {_e(tgt.get('dtype', ''))}
+ · kernels {_e(kernels_note(tgt))}
  · widths {_e(', '.join(map(str, st.get('widths') or [])))}{_width_choice_note(st)}.{_size_note(st)}
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}

@@ -289,9 +289,15 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     model.to(device=dev, dtype=tdtype)
     rt.device, rt.dtype = dev, tdtype
     kpath = resolve_kernels(kernels, dev, tdtype, rt.hidden_size)
-    if kpath != "eager":
+    if kpath == "tuned":  # the layouts measured on this machine go into the target's info, so every report has them
+        from .layouts import probe
+
+        table = probe(model)
+        apply_kernels(model, kpath, table=table)
+        rt.info["kernel_layouts"] = table.to_dict()
+    elif kpath != "eager":
         apply_kernels(model, kpath)
-        rt.kernels = kpath
+    rt.kernels = kpath
     return rt
 
 
