@@ -215,7 +215,7 @@ def test_forced_chunks_cut_the_text_without_a_false_length_warning():
 
 
 def test_a_draft_vocabulary_drafts_through_a_onednn_prepacked_head():
-    """Under `--kernels onednn` (and `auto` at hidden >= 1024: the 350M target) the target's head is a
+    """Under `--kernels onednn` the target's head is a
     prepacked MkldnnLinear whose weight has no row gather; drafting over the K draft ids crashed the bench at
     its first dflash draft. The logits must equal those through the plain head."""
     from torch.utils.mkldnn import MkldnnLinear

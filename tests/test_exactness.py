@@ -162,10 +162,12 @@ def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
             assert classify(got, ref_f, st_f.margins, torch.float32).kind == "exact"
 
 
-def test_every_method_runs_exact_on_the_onednn_path_with_a_draft_vocabulary(tmp_path):
-    """`--kernels onednn` (what `auto` picks for the 350M target) with a drafter over a draft vocabulary, as prepare
-    trains at a real vocabulary: every speculative method decodes what greedy decodes on that path. Until 8586539
-    the first dflash draft crashed there (the prepacked head's weight has no row gather)."""
+@pytest.mark.parametrize("path", ["onednn", "tuned"])
+def test_every_method_runs_exact_on_the_onednn_and_tuned_paths_with_a_draft_vocabulary(tmp_path, path):
+    """`--kernels onednn` and `tuned` (what `auto` picks for a real target, whose probe may choose oneDNN) with a
+    drafter over a draft vocabulary, as prepare trains at a real vocabulary: every speculative method decodes what
+    greedy decodes on that path. Until 8586539 the first dflash draft crashed on the oneDNN path (the prepacked
+    head's weight has no row gather)."""
     from dataclasses import replace
 
     import torch
@@ -182,9 +184,10 @@ def test_every_method_runs_exact_on_the_onednn_path_with_a_draft_vocabulary(tmp_
     cfg = tiny_prepare_config()
     cfg = replace(cfg, train=replace(cfg.train, draft_vocab=48))
     prepare(str(ckpt), home=home, cfg=cfg, rt=load_target(str(ckpt), "cpu", "float32"), progress=False)
-    fast = load_target(str(ckpt), "cpu", "float32", kernels="onednn")
+    fast = load_target(str(ckpt), "cpu", "float32", kernels=path)
     prep = load_prepared(fast, home=home)
-    assert prep.drafter.cfg.draft_vocab == 48 and type(fast.model.lm_head).__name__ == "MkldnnLinear"
+    assert prep.drafter.cfg.draft_vocab == 48
+    assert type(fast.model.lm_head).__name__ == {"onednn": "MkldnnLinear", "tuned": "TunedLinear"}[path]
     prompt = [1, 7, 9, 11, 13, 17, 19]
     ref, st_ref = greedy(fast, prompt, 24, record_margins=True)
     for method in speculative_ids():

@@ -223,7 +223,7 @@ class DFlashDrafter(nn.Module):
     def head_rows(self, weight: torch.Tensor) -> torch.Tensor:
         """The head's rows the drafter predicts over: all of `weight` [V, H], or its K draft-vocabulary rows
         (cached per head weight and version, so a decode gathers them once). A head prepacked for oneDNN
-        (`--kernels onednn`, `auto` at hidden >= 1024) holds an opaque mkldnn weight that has no row gather: its
+        (`--kernels onednn`) holds an opaque mkldnn weight that has no row gather: its
         rows are taken from a dense copy."""
         if not self.cfg.draft_vocab:
             return weight
