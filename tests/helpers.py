@@ -1,5 +1,6 @@
 """Helpers the test modules share (no test module imports from another): the one greedy-reference cache,
-the decode-stats invariants, crafted logits and the recording pair scorer for the selection rules."""
+a kernel path's exactness contract, the decode-stats invariants, crafted logits and the recording pair scorer
+for the selection rules."""
 
 from __future__ import annotations
 
@@ -18,6 +19,25 @@ def reference(rt, prompt: tuple[int, ...], budget: int = MAX_BUDGET) -> tuple[tu
     """
     ids, stats = greedy(rt, list(prompt), budget, record_margins=True)
     return tuple(ids), tuple(stats.margins)
+
+
+def check_path_exactness(rt, eager, vocab: int, tokens: int = 40) -> None:
+    """A linear-layer path's contract on a float32 model: its greedy equals `eager`'s greedy up to certified ties,
+    and speculative decoding with exact and with corrupted oracle drafts equals its own greedy, at widths 1, 3, 6."""
+    import torch
+
+    from dflash_core.runtime.decode import speculative
+    from dflash_core.runtime.exactness import classify
+    from dflash_core.runtime.proposers import OracleProposer
+
+    prompt = [1, 7, 9, 11, 13, 17, 19]
+    ref_e, st_e = greedy(eager, prompt, tokens, record_margins=True)
+    ref, st = greedy(rt, prompt, tokens, record_margins=True)
+    assert classify(ref, ref_e, st_e.margins, torch.float32).ok
+    for w in (1, 3, 6):
+        for corrupt in (frozenset(), frozenset({2, 5, 9, 14, 20})):
+            got, _ = speculative(rt, OracleProposer(tuple(prompt), tuple(ref), vocab, corrupt), prompt, tokens, w)
+            assert classify(got, ref, st.margins, torch.float32).kind == "exact", (w, sorted(corrupt))
 
 
 def check_invariants(stats: DecodeStats, width: int, budget: int) -> None:

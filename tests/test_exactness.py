@@ -19,7 +19,7 @@ from dflash_core.runtime.proposers import OracleProposer, RandomProposer
 from dflash_core.runtime.target import TargetRuntime
 from dflash_core.testing import PATTERNS, TinySpec, build_tiny
 
-from .helpers import check_invariants, reference
+from .helpers import check_invariants, check_path_exactness, reference
 from .strategies import decode_cases, method_options, prompts
 
 VOCAB = TinySpec().vocab_size
@@ -152,14 +152,7 @@ def test_onednn_path_is_exact_and_keeps_the_artifact_identity(tmp_path):
     assert target_identity(fast) == target_identity(eager)
     with pytest.raises(Exception, match="CPU float32"):
         apply_kernels(build_tiny(TinySpec(dtype="float64")), "onednn")
-    prompt = [1, 7, 9, 11, 13, 17, 19]
-    ref_e, st_e = greedy(eager, prompt, 40, record_margins=True)
-    ref_f, st_f = greedy(fast, prompt, 40, record_margins=True)
-    assert classify(ref_f, ref_e, st_e.margins, torch.float32).ok
-    for w in (1, 3, 6):
-        for corrupt in (frozenset(), frozenset({2, 5, 9, 14, 20})):
-            got, _ = speculative(fast, OracleProposer(tuple(prompt), tuple(ref_f), VOCAB, corrupt), prompt, 40, w)
-            assert classify(got, ref_f, st_f.margins, torch.float32).kind == "exact"
+    check_path_exactness(fast, eager, VOCAB)
 
 
 @pytest.mark.parametrize("path", ["onednn", "tuned"])

@@ -7,10 +7,9 @@ import random
 
 import pytest
 
-from dflash_core.runtime.decode import greedy, speculative
-from dflash_core.runtime.exactness import classify
-from dflash_core.runtime.proposers import OracleProposer
 from dflash_core.testing import TinySpec, build_tiny
+
+from .helpers import check_path_exactness
 
 VOCAB = TinySpec().vocab_size
 
@@ -146,8 +145,6 @@ def test_the_tuned_path_is_exact_in_every_layout_and_keeps_the_artifact_identity
     """`--kernels tuned` as `load_target` builds it (probe recorded in the target's info), and with a table forcing
     each layout on some row counts: speculative == greedy on the path, greedy == eager greedy up to certified ties,
     the target identity unchanged."""
-    import torch
-
     from dflash_core.runtime.kernels import apply_kernels
     from dflash_core.runtime.layouts import LayoutTable
     from dflash_core.runtime.target import load_target
@@ -162,15 +159,8 @@ def test_the_tuned_path_is_exact_in_every_layout_and_keeps_the_artifact_identity
     assert target_identity(tuned) == target_identity(eager)
     forced = load_target(str(tmp_path), "cpu", "float32", kernels="eager")
     apply_kernels(forced.model, "tuned", table=LayoutTable((1, 2, 4), ("nt", "nn", _cands()[-1]), {}))
-    prompt = [1, 7, 9, 11, 13, 17, 19]
-    ref_e, st_e = greedy(eager, prompt, 40, record_margins=True)
     for rt in (tuned, forced):
-        ref, st = greedy(rt, prompt, 40, record_margins=True)
-        assert classify(ref, ref_e, st_e.margins, torch.float32).ok
-        for w in (1, 3, 6):
-            for corrupt in (frozenset(), frozenset({2, 5, 9, 14, 20})):
-                got, _ = speculative(rt, OracleProposer(tuple(prompt), tuple(ref), VOCAB, corrupt), prompt, 40, w)
-                assert classify(got, ref, st.margins, torch.float32).kind == "exact"
+        check_path_exactness(rt, eager, VOCAB)
     with pytest.raises(Exception, match="CPU float32"):
         apply_kernels(build_tiny(TinySpec(dtype="float64")), "tuned")
 
