@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import ArtifactError
 from ..runtime.drafter import DFlashDrafter, DrafterConfig
-from ..runtime.kernels import apply_kernels
+from ..runtime.kernels import apply_kernels, tune
 from ..store.artifacts import artifact_dir, load_tensor_file, read_manifest, target_identity
 from .drafter_format import drafter_digest, resolve_drafter_source
 
@@ -103,12 +103,9 @@ def load_prepared(rt, *, home=None, required: tuple[str, ...] = (), drafter: str
     dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
     drafter = drafter.to(device=rt.device, dtype=dt).eval()
     kernels = getattr(rt, "kernels", "eager")
-    if kernels == "tuned" and dt == torch.float32:  # a table probed on the drafter's own weights: they are small
-        from ..runtime.layouts import probe  # enough to sit in cache, where the target's stream from memory
-
-        table = probe(drafter)
-        apply_kernels(drafter, kernels, table=table)
-        rt.info["drafter_kernel_layouts"] = table.to_dict()
+    if kernels == "tuned" and dt == torch.float32:
+        # a table probed on the drafter's own weights: they are small enough to sit in cache, the target's stream
+        rt.info["drafter_kernel_layouts"] = tune(drafter)
     elif kernels != "eager" and dt == torch.float32:
         apply_kernels(drafter, kernels)  # the drafter runs on the same execution path as the target
     return Prepared(directory=d, manifest=doc, drafter=drafter)

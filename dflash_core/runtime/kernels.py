@@ -35,6 +35,16 @@ def resolve_kernels(kernels: str, device, dtype, hidden_size: int) -> str:
     return kernels
 
 
+def tune(model) -> dict:
+    """Probe `model`'s linear layouts on this machine, switch it (in place) to the `tuned` path on that table, and
+    return the table as data for the reports."""
+    from .layouts import probe
+
+    table = probe(model)
+    apply_kernels(model, "tuned", table=table)
+    return table.to_dict()
+
+
 def apply_kernels(model, path: str = "eager", table=None):
     """Switch `model` (in place) to an execution path; returns the model. `tuned` takes a `layouts.LayoutTable`
     (None: probe `model` now)."""

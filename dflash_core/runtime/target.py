@@ -23,7 +23,7 @@ from ..errors import ArtifactError, BadInputError, TargetNotFoundError
 from ..store.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
 from .checkpoint import _checkpoint_meta, _hub_snapshot, _load_model, _load_tokenizer, resolve_target_source
 from .device import resolve_device, resolve_dtype
-from .kernels import apply_kernels, resolve_kernels
+from .kernels import apply_kernels, resolve_kernels, tune
 
 ROLLBACKS = ("exact", "kv_only")
 
@@ -290,11 +290,7 @@ def load_target(target: str = "mini", device: str = "cpu", dtype: str | None = N
     rt.device, rt.dtype = dev, tdtype
     kpath = resolve_kernels(kernels, dev, tdtype, rt.hidden_size)
     if kpath == "tuned":  # the layouts measured on this machine go into the target's info, so every report has them
-        from .layouts import probe
-
-        table = probe(model)
-        apply_kernels(model, kpath, table=table)
-        rt.info["kernel_layouts"] = table.to_dict()
+        rt.info["kernel_layouts"] = tune(model)
     elif kpath != "eager":
         apply_kernels(model, kpath)
     rt.kernels = kpath
