@@ -36,13 +36,25 @@ def resolve_kernels(kernels: str, device, dtype, hidden_size: int) -> str:
 
 
 def tune(model) -> dict:
-    """Probe `model`'s linear layouts on this machine, switch it (in place) to the `tuned` path on that table, and
-    return the table as data for the reports."""
-    from .layouts import probe
+    """Probe `model`'s linear layouts on this machine, switch it (in place) to the `tuned` path on that table
+    (keeping the probe's copies of the weights in the layouts it chose), and return the table as data for the
+    reports."""
+    from .layouts import apply_tuned, probe
 
-    table = probe(model)
-    apply_kernels(model, "tuned", table=table)
+    _check_cpu_float32(model, "tuned")  # before the probe spends seconds on a model the path refuses
+    copies: dict = {}
+    table = probe(model, copies=copies)
+    apply_tuned(model, table, copies)
     return table.to_dict()
+
+
+def _check_cpu_float32(model, path: str) -> None:
+    import torch
+
+    p = next(model.parameters())
+    if p.device.type != "cpu" or p.dtype != torch.float32:
+        raise BadInputError(f"--kernels {path} is for CPU float32 targets (this one is {p.device.type} {p.dtype}); "
+                            "use --kernels eager")
 
 
 def apply_kernels(model, path: str = "eager", table=None):
@@ -55,14 +67,14 @@ def apply_kernels(model, path: str = "eager", table=None):
         raise BadInputError(f"unknown kernel path {path!r}: use one of {KERNELS}")
     if path == "eager":
         return model
-    p = next(model.parameters())
-    if p.device.type != "cpu" or p.dtype != torch.float32:
-        raise BadInputError(f"--kernels {path} is for CPU float32 targets (this one is {p.device.type} {p.dtype}); "
-                            "use --kernels eager")
+    _check_cpu_float32(model, path)
     if path == "tuned":
-        from .layouts import apply_tuned, probe
+        if table is None:
+            tune(model)
+            return model
+        from .layouts import apply_tuned
 
-        return apply_tuned(model, probe(model) if table is None else table)
+        return apply_tuned(model, table)
     if not torch.backends.mkldnn.is_available():
         raise BadInputError("--kernels onednn needs a torch build with oneDNN (mkldnn); use --kernels eager")
     from torch.utils.mkldnn import MkldnnLinear

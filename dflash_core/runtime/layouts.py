@@ -14,7 +14,7 @@ The choice is a speed decision with no confidence claim: medians of PROBE_REPS a
 other than the loaded layout must beat it by MARGIN. A wrong choice costs time, never exactness: every layout
 computes the same product up to float32 rounding, the drift exactness already certifies between a verify's block
 kernel and decode's one-row kernel (runtime/exactness.py). The table is recorded in the target's `info` and so
-in every report; only the layouts it uses keep their copy of the weights.
+in every report; only the layouts it uses keep their copy of the weights (the probe's own copies).
 """
 
 from __future__ import annotations
@@ -51,10 +51,6 @@ class LayoutTable:
                 break
             pick = c
         return pick
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "LayoutTable":
-        return cls(tuple(d["rows"]), tuple(d["choice"]), {k: tuple(v) for k, v in d["ms_per_pass"].items()})
 
     def used(self) -> set[str]:
         return set(self.choice)
@@ -142,18 +138,23 @@ def distinct_linears(model: nn.Module) -> list[nn.Linear]:
     return out
 
 
-def sweep_runner(linears: Sequence[nn.Linear], candidates: Sequence[str]) -> Callable[[str, int], float]:
+def sweep_runner(linears: Sequence[nn.Linear], candidates: Sequence[str],
+                 copies: dict | None = None) -> Callable[[str, int], float]:
     """`run(candidate, n_rows)`: seconds of one pass of random rows through every linear in that layout (the
-    weights stream from memory as in a forward; the probe's copies exist only while it runs)."""
+    weights stream from memory as in a forward). The layouts' copies are made once, in `copies` (keyed as
+    `TunedLinear` reads them), so the path keeps the chosen ones instead of copying the weights again."""
+    copies = {} if copies is None else copies
+    for lin in linears:
+        key = id(lin.weight)
+        if "nn" in candidates and ("nn", key) not in copies:
+            copies[("nn", key)] = lin.weight.detach().t().contiguous()
+        if "onednn" in candidates and ("onednn", key) not in copies:
+            from torch.utils.mkldnn import MkldnnLinear
+
+            copies[("onednn", key)] = MkldnnLinear(lin, torch.float32)
     g = torch.Generator().manual_seed(0)
     widths = sorted({lin.in_features for lin in linears})
     xs: dict[tuple[int, int], torch.Tensor] = {}
-    nn_w = [lin.weight.detach().t().contiguous() for lin in linears] if "nn" in candidates else None
-    packed = None
-    if "onednn" in candidates:
-        from torch.utils.mkldnn import MkldnnLinear
-
-        packed = [MkldnnLinear(lin, torch.float32) for lin in linears]
 
     def run(candidate: str, n: int) -> float:
         for w in widths:
@@ -161,12 +162,12 @@ def sweep_runner(linears: Sequence[nn.Linear], candidates: Sequence[str]) -> Cal
                 xs[(n, w)] = torch.randn(n, w, generator=g)
         with torch.inference_mode():
             t0 = time.perf_counter()
-            for i, lin in enumerate(linears):
+            for lin in linears:
                 x = xs[(n, lin.in_features)]
                 if candidate == "nn":
-                    torch.matmul(x, nn_w[i])
+                    torch.matmul(x, copies[("nn", id(lin.weight))])
                 elif candidate == "onednn":
-                    packed[i](x)
+                    copies[("onednn", id(lin.weight))](x)
                 else:
                     F.linear(x, lin.weight)
             return time.perf_counter() - t0
@@ -175,17 +176,19 @@ def sweep_runner(linears: Sequence[nn.Linear], candidates: Sequence[str]) -> Cal
 
 
 def probe(model: nn.Module, rows: Sequence[int] = PROBE_ROWS, reps: int = PROBE_REPS,
-          run: Callable[[str, int], float] | None = None) -> LayoutTable:
-    """Measure the candidates on `model`'s own weights (or through an injected `run`) and choose."""
+          run: Callable[[str, int], float] | None = None, copies: dict | None = None) -> LayoutTable:
+    """Measure the candidates on `model`'s own weights (or through an injected `run`) and choose; the weights'
+    copies in the candidate layouts are left in `copies` for `apply_tuned`."""
     cands = [c for c in CANDIDATES if c != "onednn" or torch.backends.mkldnn.is_available()]
     if run is None:
-        run = sweep_runner(distinct_linears(model), cands)
+        run = sweep_runner(distinct_linears(model), cands, copies)
     return choose(measure_medians(run, cands, rows, reps), rows)
 
 
-def apply_tuned(model: nn.Module, table: LayoutTable) -> nn.Module:
-    """Swap every nn.Linear of `model` (in place) for a TunedLinear on `table`; returns the model."""
-    copies: dict = {}
+def apply_tuned(model: nn.Module, table: LayoutTable, copies: dict | None = None) -> nn.Module:
+    """Swap every nn.Linear of `model` (in place) for a TunedLinear on `table`; returns the model. `copies`: the
+    probe's copies of the weights (reused where the table chooses their layout, the rest freed with the dict)."""
+    copies = {} if copies is None else copies
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is nn.Linear:
