@@ -72,6 +72,36 @@ def test_a_padded_batch_computes_what_each_trajectory_computes_alone(rt64, arch)
         assert torch.equal(ia, ib)
 
 
+@pytest.mark.parametrize("arch", ["lfm2", "llama"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_padded_teacher_allocates_its_cache_once_and_computes_what_a_growing_cache_does(arch, padded,
+                                                                                         monkeypatch):
+    """Padded batches decode into a cache of exactly the rows they feed (a growing one copied every layer's K/V
+    at each step), and their ids, taps and top-k equal a growing cache's bit for bit (float32, as prepare runs);
+    length buckets keep the growing cache (the static one's explicit mask changes their float sums)."""
+    from transformers import DynamicCache, StaticCache
+
+    from dflash_core.runtime import target
+
+    rt = TargetRuntime.from_model(build_tiny(TinySpec(pattern="CCACAC", dtype="float32"))) if arch == "lfm2" \
+        else TargetRuntime.from_model(_tiny_llama64().model.float())
+    prompts = [[5, 6, 7], [9, 8, 7], [4, 3, 2]] if not padded else [[5, 6, 7], [9], [11, 12, 13, 14, 15]]
+    made, real = [], target.teacher_cache
+    monkeypatch.setattr(target, "teacher_cache", lambda rt_, rows: made.append(real(rt_, rows)) or made[-1])
+    got = batch_teacher(rt, prompts, 6, (0, 2), 4, padded=padded)
+    if not padded:
+        assert made == []
+        return
+    assert len(made) == 1 and isinstance(made[0], StaticCache)
+    assert made[0].get_max_length() == max(map(len, prompts)) + 6 - 1  # an overflow fails: exactly the rows fed
+    monkeypatch.setattr(target, "teacher_cache", lambda rt_, rows: DynamicCache(config=rt_.model.config))
+    want = batch_teacher(rt, prompts, 6, (0, 2), 4, padded=padded)
+    assert got[0] == want[0]
+    for a, b in zip(got[1], want[1]):
+        assert torch.equal(a, b)
+    assert torch.equal(got[2][0], want[2][0]) and torch.equal(got[2][1], want[2][1])
+
+
 def test_a_padded_batch_is_refused_for_a_model_type_not_known_to_pad_exactly(rt64, monkeypatch):
     monkeypatch.setattr(rt64.model.config, "model_type", "gpt2")
     with pytest.raises(BadInputError, match="bucket the prompts by length"):
