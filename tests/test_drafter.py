@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dflash_core.prepare.train import block_loss
-from dflash_core.runtime.drafter import DrafterConfig, DraftState, default_taps, init_drafter
+from dflash_core.runtime.drafter import DrafterConfig, DraftState, anchored_blocks, default_taps, init_drafter
 
 H, V, B = 32, 50, 4
 
@@ -84,6 +84,37 @@ def test_training_mask_matches_inference(parts):
         st.extend(feats[:a])
         want, _ = st.draft(int(toks[a]), embed, head)
         torch.testing.assert_close(masked[m], want, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("feature,embed_anchor,kv_heads", [("off", False, None), ("anchor", True, 2),
+                                                          ("mask", False, 1), ("block", True, None)])
+def test_anchored_blocks_draft_what_each_incremental_state_drafts(feature, embed_anchor, kv_heads):
+    """All anchors of a sequence in one forward (the fits' examples): each block's hidden rows are what
+    `DraftState` gives after extending to its anchor (float64), anchor 0 (no context) and the last row included,
+    in any order and repeated; the context after an anchor is masked out of its block."""
+    torch.manual_seed(0)
+    cfg = DrafterConfig(hidden_size=H, vocab_size=V, taps=(0, 2), block_size=B, num_layers=2, num_heads=4,
+                        intermediate_size=64, kv_heads=kv_heads, anchor_feature=feature, anchor_embed=embed_anchor)
+    d = init_drafter(cfg, seed=1).double().eval()
+    if feature != "off":
+        with torch.no_grad():
+            torch.nn.init.normal_(d.feat.weight, std=0.3)  # a trained feature, not init's silent one
+    embed = torch.nn.Embedding(V, H).double()
+    feats = torch.randn(20, 2 * H, dtype=torch.float64)
+    toks = torch.randint(0, V, (20,))
+    anchors = [7, 0, 19, 1, 12, 7]
+    got = anchored_blocks(d, feats[:19], torch.tensor(anchors), toks[anchors], embed)
+    assert got.shape == (len(anchors), B, H)
+    for m, a in enumerate(anchors):
+        st = DraftState(d)
+        st.extend(feats[:a])
+        torch.testing.assert_close(got[m], st.draft_hidden(int(toks[a]), embed), rtol=0, atol=1e-10)
+    changed = feats[:19].clone()
+    changed[7:] = torch.randn_like(changed[7:])
+    torch.testing.assert_close(anchored_blocks(d, changed, torch.tensor([7]), toks[[7]], embed), got[:1],
+                               rtol=0, atol=0)
+    with pytest.raises(ValueError, match="anchors must lie in 0..19"):
+        anchored_blocks(d, feats[:19], torch.tensor([20]), toks[[0]], embed)
 
 
 def test_future_context_does_not_leak(parts):

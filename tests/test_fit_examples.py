@@ -97,8 +97,8 @@ def tiny_ctx(tiny_prepared) -> FitContext:
 
 @pytest.mark.parametrize("draft_vocab", [0, 40])
 def test_examples_hold_what_decode_drafts_at_each_anchor(tiny_ctx, monkeypatch, draft_vocab):
-    """The head runs once per chunk of a trajectory's blocks: every example still holds the logits, top-k and
-    hidden rows that `DraftState.draft` gives at its anchor (chunks of 3 so a trajectory spans several)."""
+    """The drafter and the head run once per chunk of a trajectory's blocks: every example still holds the logits,
+    top-k and hidden rows that `DraftState.draft` gives at its anchor (chunks of 3 so a trajectory spans several)."""
     import dflash_core.methods.support.examples as examples
     from dflash_core.methods.support.common import topk_tensors
     from dflash_core.runtime.drafter import DraftState, init_drafter
@@ -110,8 +110,11 @@ def test_examples_hold_what_decode_drafts_at_each_anchor(tiny_ctx, monkeypatch, 
                               [:draft_vocab])
     ctx = replace(tiny_ctx, drafter=drafter)
     monkeypatch.setattr(examples, "HEAD_CHUNK", 3)
+    passes, run_block = [], type(drafter).run_block
+    monkeypatch.setattr(type(drafter), "run_block", lambda self, *a, **k: passes.append(1) or run_block(self, *a, **k))
     ex = draft_examples(ctx, top_k=6, keep_full_logits=True, trajectories=[0, 1, 2], max_examples=20)
     assert len(ex.anchors) == 20 and ex.trajectories == [0, 1, 2]
+    assert len(passes) == 3 + 3 + 2  # one drafter pass per chunk of anchors: 8 + 8 + 4 anchors in chunks of 3
     rt = ctx.rt
     embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
     for n, (ti, a) in enumerate(ex.anchors):

@@ -365,6 +365,40 @@ class DraftState:
         return d.run_block(x, pos, ctx)[0]
 
 
+@torch.inference_mode()
+def anchored_blocks(drafter: DFlashDrafter, taps: torch.Tensor, anchors: torch.Tensor, ids: torch.Tensor,
+                    embed: nn.Module) -> torch.Tensor:
+    """The hidden rows [M, B, H] of M blocks drafted from one sequence, all in one forward: block m is anchored at
+    position anchors[m] (token ids[m]) and reads the context rows < anchors[m] of the sequence's taps [T, F].
+
+    What `DraftState.draft_hidden` gives at each anchor after extending the state to it, up to the float
+    summation order (the context's K/V computed once for all T rows, the later rows masked out per block), at
+    one pass over the weights instead of one per anchor: the fits' examples draft every anchor of a trajectory,
+    and per anchor a block of 17 rows streams every drafter weight from memory.
+    """
+    d = drafter
+    p = next(d.parameters())
+    anchors, ids = anchors.to(device=p.device, dtype=torch.long), ids.to(device=p.device, dtype=torch.long)
+    if anchors.dim() != 1 or ids.shape != anchors.shape:
+        raise ValueError(f"anchors and ids must be two [M] tensors, got {tuple(anchors.shape)} and {tuple(ids.shape)}")
+    if anchors.numel() and not (0 <= int(anchors.min()) and int(anchors.max()) <= taps.shape[0]):
+        raise ValueError(f"anchors must lie in 0..{taps.shape[0]} (the context rows the taps hold)")
+    fused = d.fuse(taps.to(device=p.device, dtype=p.dtype).unsqueeze(0))  # [1, T, H]
+    t, m, rows = fused.shape[1], anchors.numel(), d.cfg.block_size + 1
+    x = d.block_input(ids, embed).to(p.dtype)  # [M, B+1, H]
+    if d.cfg.anchor_feature != "off":  # the fused row before each anchor, as DraftState.last holds it (none: zeros)
+        prev = fused[0].index_select(0, (anchors - 1).clamp(min=0)) if t else x.new_zeros(m, x.shape[-1])
+        x = d.with_feature(x, (prev * (anchors > 0).unsqueeze(-1).to(prev.dtype)).unsqueeze(1))
+    pos = anchors.unsqueeze(1) + torch.arange(rows, device=p.device)  # [M, B+1]
+    seen = torch.arange(t, device=p.device) < anchors.unsqueeze(1)  # [M, T]: context rows each block reads
+    mask = torch.cat([seen, seen.new_ones(m, rows)], dim=1).view(m, 1, 1, t + rows)
+    ctx = []
+    for layer in d.layers:
+        k, v = layer.context_kv(fused, torch.arange(t, device=p.device))
+        ctx.append((k.expand(m, -1, -1, -1), v.expand(m, -1, -1, -1)))
+    return d.run_block(x, pos, ctx, mask)
+
+
 def parameter_count(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 

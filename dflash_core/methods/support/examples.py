@@ -1,7 +1,8 @@
 """Training data for the methods' auxiliary heads and fits, built once from the teacher trajectories.
 
-For each trajectory and anchor position a (the last committed token), the drafter is run exactly as at
-inference (context = target taps of rows < a); we keep its logits' top-K, its hidden rows, the fused
+For each trajectory and anchor position a (the last committed token), the drafter is run as at inference
+(context = target taps of rows < a; all anchors of a trajectory in one forward, `drafter.anchored_blocks`, equal to
+decode's one block at a time up to the float summation order); we keep its logits' top-K, its hidden rows, the fused
 context vector of the last context row, the previous token and the true next B tokens (labels).
 The top-K follows the lab's tie rule (`common.topk_tensors`), as inference does.
 
@@ -18,13 +19,13 @@ from dataclasses import dataclass, field
 import torch
 
 from ...progress import logged
-from ...runtime.drafter import DraftState
+from ...runtime.drafter import anchored_blocks
 from ...runtime.target import trajectory_taps
 from .common import topk_tensors
 
 log = logging.getLogger(__name__)
 
-HEAD_CHUNK = 32  # blocks per head product: 512 rows, [512, V] float32 logits (134 MB at V 65,536)
+HEAD_CHUNK = 32  # blocks per drafter forward and head product: 512 rows, [512, V] float32 logits (134 MB at V 65,536)
 
 
 @dataclass
@@ -88,33 +89,29 @@ def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool 
     out = {k: [] for k in ("prev", "labels", "ids", "vals", "logits", "hidden", "context", "tgt")}
     anchors = []
     chosen = range(len(ctx.trajectories)) if trajectories is None else sorted(set(trajectories))
-    # one target forward and a drafter pass per anchor: minutes in a default prepare, so it reports progress
+    # a target forward and drafter passes per trajectory: minutes in a default prepare, so it reports progress
     for ti in logged(chosen, f"fit examples (top-{top_k}, stride {stride})", len(chosen), log):
         seq, plen = ctx.trajectories[ti], ctx.prompt_lens[ti]
         taps, tlog = target_rows(rt, seq, drafter.cfg.taps, with_target)
-        st = DraftState(drafter)  # one incremental context per trajectory: drafting never mutates it
-        here, hids = [], []
-        for a in range(max(plen, 1), len(seq) - B, stride):
-            st.extend(taps[st.length:a])
-            here.append(a)
-            hids.append(st.draft_hidden(seq[a], embed))
-            if max_examples and len(anchors) + len(here) >= max_examples:
-                break
-        # The head once per chunk of this trajectory's blocks, not once per block: at the 350M shape its K x H
-        # weight (64 MB at K 16,384) is streamed from memory by every call, 13 ms for 16 rows against ~4 ms a
-        # block in a 768-row product (2 threads); the rows are the ones decode drafts, the head the same.
+        here = list(range(max(plen, 1), len(seq) - B, stride))
+        if max_examples:
+            here = here[:max(max_examples - len(anchors), 0)]
+        fused_rows = drafter.fuse(taps.to(next(drafter.parameters()).dtype))  # the context vector of every row
+        # One drafter forward and one head product per chunk of this trajectory's anchors (`anchored_blocks`), not
+        # one per anchor: per anchor a 17-row block streams every drafter weight, and at the 350M shape the head's
+        # K x H weight (64 MB at K 16,384) costs 13 ms for 16 rows against ~4 ms a block in a 768-row product.
         for lo in range(0, len(here), HEAD_CHUNK):
-            ids, vals, lgs = chunk_topk(drafter, torch.stack(hids[lo:lo + HEAD_CHUNK]), head, top_k,
-                                        keep_full_logits)
-            for j, a in enumerate(here[lo:lo + HEAD_CHUNK]):
+            part = here[lo:lo + HEAD_CHUNK]
+            hids = anchored_blocks(drafter, taps, torch.tensor(part), torch.tensor([seq[a] for a in part]), embed)
+            ids, vals, lgs = chunk_topk(drafter, hids, head, top_k, keep_full_logits)
+            for j, a in enumerate(part):
                 anchors.append((ti, a))
                 out["prev"].append(seq[a])
                 out["labels"].append(torch.tensor(seq[a + 1:a + 1 + B]))
                 out["ids"].append(ids[j])
                 out["vals"].append(vals[j])
-                out["hidden"].append(hids[lo + j].float().cpu())
-                fused = drafter.fuse(taps[a - 1:a].to(next(drafter.parameters()).dtype))[0]
-                out["context"].append(fused.float().cpu())
+                out["hidden"].append(hids[j].float().cpu())
+                out["context"].append(fused_rows[a - 1].float().cpu())
                 if lgs is not None:
                     out["logits"].append(lgs[j].clone())
                 if tlog is not None:
