@@ -325,10 +325,11 @@ def teacher_cache(rt: TargetRuntime, rows: int) -> Any:
     """A cache of `rows` positions allocated once (transformers' StaticCache), for the padded teacher batches.
 
     A growing cache concatenates every layer's keys and values at each step: at SmolLM2's 256-row padded steps
-    that copy was a quarter of a step in a profile and the static cache saved 6-12 % of a step (docs/real-targets.md,
-    "A static teacher cache"). With the padding mask both compute the same bits (tests/test_teacher.py); the
-    length buckets (no mask: causal attention over a growing cache) keep the growing cache, whose kernels the
-    static cache's explicit mask would change at float rounding, and with them the mini target's teacher data.
+    that copy was a quarter of a step in a profile and the static cache saved 6-12 % of a step
+    (docs/real-targets.md, "A static teacher cache and batched fit examples"). With the padding mask both compute
+    the same bits (tests/test_teacher.py); the length buckets (no mask: causal attention over a growing cache)
+    keep the growing cache, whose kernels the static cache's explicit mask would change at float rounding, and
+    with them the mini target's teacher data.
     """
     from transformers import StaticCache
 
