@@ -225,3 +225,85 @@ def test_every_fit_records_the_trajectories_and_anchors_it_read(tiny_prepared):
         assert type(n_traj) is int and type(n_anch) is int and type(meta["anchor_stride"]) is int, name
         assert n_traj == len(meta["train_trajectories"]) + len(meta["holdout_trajectories"]), name
         assert n_anch == meta.get("examples", meta.get("train_examples", 0) + meta.get("holdout_examples", 0)), name
+
+
+# --- one pass for both example sets ---------------------------------------------------------------------
+
+def _tiny64(arch: str):
+    from dflash_core.runtime.target import TargetRuntime
+    from dflash_core.testing import TinySpec, build_tiny
+
+    if arch == "lfm2":
+        return TargetRuntime.from_model(build_tiny(TinySpec(pattern="CCACAC", dtype="float64")))
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2)
+    return TargetRuntime.from_model(LlamaForCausalLM(cfg).to(torch.float64).eval())
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "llama"])
+def test_a_right_padded_forward_gives_each_trajectory_what_its_own_forward_gives(arch):
+    """Trajectories of several lengths in one forward, padded after their ends: every tap row and logit equals the
+    trajectory's own forward (float64), LFM2's short convolutions and RoPE included (a row reads no later row)."""
+    from dflash_core.methods.support.examples import target_rows_batch
+
+    rt = _tiny64(arch)
+    seqs = [[5, 6, 7], list(range(10, 24)), [9], [3, 4, 5, 6, 7, 8, 9, 1, 2], list(range(30, 44))]
+    taps = (0, 2, 3) if arch == "lfm2" else (0, 2)
+    for with_logits in (True, False):
+        got = target_rows_batch(rt, seqs, taps, with_logits)
+        assert len(got) == len(seqs)
+        for seq, (hid, lg) in zip(seqs, got):
+            want_hid, want_lg = target_rows(rt, seq, taps, with_logits)
+            assert hid.shape == want_hid.shape and hid.shape[0] == len(seq)
+            torch.testing.assert_close(hid, want_hid, rtol=0, atol=1e-10)
+            if with_logits:
+                assert lg.shape == (len(seq), rt.vocab_size)
+                torch.testing.assert_close(lg, want_lg, rtol=0, atol=1e-10)
+            else:
+                assert lg is None and want_lg is None
+
+
+@given(lengths=st.lists(st.integers(1, 200), min_size=0, max_size=60), vocab=st.integers(1, 5000),
+       cap=st.integers(1, 200_000))
+def test_forward_groups_take_each_trajectory_once_within_the_logits_cap(lengths, vocab, cap):
+    from dflash_core.methods.support.examples import forward_groups
+
+    groups = forward_groups(lengths, vocab, cap)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    flat = [i for g in groups for i in g]
+    assert [lengths[i] for i in flat] == sorted(lengths)  # ascending length: little padding in a group
+    for g in groups:
+        assert len(g) == 1 or len(g) * max(lengths[i] for i in g) * vocab <= cap
+
+
+def test_two_example_sets_read_each_trajectory_with_one_target_forward(tiny_ctx, monkeypatch):
+    """The heads' and the corrections' sets in one pass: a trajectory both read is forwarded once, trajectories
+    share forwards, and each set holds what it holds when built alone, in trajectory then anchor order."""
+    import dflash_core.methods.support.examples as examples
+    from dflash_core.methods.support.examples import ExampleRequest, draft_example_sets
+
+    heads = ExampleRequest(top_k=6, stride=4, max_examples=5, trajectories=(1, 4, 7, 9))
+    corr = ExampleRequest(top_k=3, stride=1, trajectories=(7, 2, 4))
+    alone = [draft_examples(tiny_ctx, top_k=6, stride=4, max_examples=5, trajectories=[1, 4, 7, 9]),
+             draft_examples(tiny_ctx, top_k=3, stride=1, trajectories=[2, 4, 7])]
+    fed, batch = [], examples.target_rows_batch
+    monkeypatch.setattr(examples, "target_rows_batch",
+                        lambda rt, seqs, *a: fed.append(len(seqs)) or batch(rt, seqs, *a))
+    both = draft_example_sets(tiny_ctx, [heads, corr])
+    assert sum(fed) == 4 and len(fed) < 4  # the union {1, 2, 4, 7} (9 is past the cap): once each, shared forwards
+    assert both[0].trajectories == [1, 4, 7] and len(both[0].anchors) == 5  # 2 + 2 + 1: the cap in trajectory order
+    for got, want in zip(both, alone):
+        assert got.anchors == want.anchors and got.anchors == sorted(got.anchors)
+        assert torch.equal(got.topk_ids, want.topk_ids) and torch.equal(got.labels, want.labels)
+        torch.testing.assert_close(got.target_logits, want.target_logits)
+        torch.testing.assert_close(got.hidden, want.hidden)
+    fed.clear()
+    monkeypatch.setattr(examples, "GROUP_LOGITS", 1)  # one trajectory a forward: the same examples
+    single = draft_example_sets(tiny_ctx, [heads, corr])
+    assert fed == [1] * 4
+    for got, want in zip(single, both):
+        assert got.anchors == want.anchors and torch.equal(got.topk_ids, want.topk_ids)
+        torch.testing.assert_close(got.target_logits, want.target_logits)

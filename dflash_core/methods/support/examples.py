@@ -7,7 +7,9 @@ context vector of the last context row, the previous token and the true next B t
 The top-K follows the lab's tie rule (`common.topk_tensors`), as inference does.
 
 Each trajectory costs one target forward (taps and target logits together), so the fits read an evenly
-spread subset of the trajectories (`fitting.plan_examples`) rather than a few anchors of every one.
+spread subset of the trajectories (`fitting.plan_examples`) rather than a few anchors of every one; the example
+sets are built in one pass (`draft_example_sets`), so a trajectory two sets read is forwarded once, and
+trajectories of about one length share a forward (`target_rows_batch`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .common import topk_tensors
 log = logging.getLogger(__name__)
 
 HEAD_CHUNK = 32  # blocks per drafter forward and head product: 512 rows, [512, V] float32 logits (134 MB at V 65,536)
+GROUP_LOGITS = 1 << 25  # target logits of one batched forward: 32 M floats (128 MB), 8 SmolLM2 trajectories
 
 
 @dataclass
@@ -77,51 +80,144 @@ def chunk_topk(drafter, hidden: torch.Tensor, head, top_k: int, full: bool):
     return drafter.d2t.cpu()[ids], vals, None
 
 
+@dataclass(frozen=True)
+class ExampleRequest:
+    """One set of fit examples: the drafter's top-`top_k` at every `stride`-th continuation anchor of the given
+    trajectories (None: all), capped at `max_examples` anchors taken in trajectory order."""
+
+    top_k: int = 8
+    stride: int = 1
+    max_examples: int | None = None
+    trajectories: tuple[int, ...] | None = None
+    keep_full_logits: bool = False
+    with_target: bool = True
+
+
+def planned_anchors(ctx, req: ExampleRequest) -> dict[int, list[int]]:
+    """Trajectory index -> the anchors `req` takes from it (ascending), the cap applied in trajectory order."""
+    B = ctx.drafter.cfg.block_size
+    chosen = range(len(ctx.trajectories)) if req.trajectories is None else sorted(set(req.trajectories))
+    out: dict[int, list[int]] = {}
+    left = req.max_examples
+    for ti in chosen:
+        if left is not None and left <= 0:
+            break
+        here = list(range(max(ctx.prompt_lens[ti], 1), len(ctx.trajectories[ti]) - B, req.stride))
+        out[ti] = here if left is None else here[:left]
+        left = None if left is None else left - len(out[ti])
+    return out
+
+
+def target_rows_batch(rt, seqs: Sequence[Sequence[int]], taps: Sequence[int], with_logits: bool) -> list[tuple]:
+    """`target_rows` of several sequences from ONE uncached forward, right-padded to the longest.
+
+    No mask is needed: a causal model's row t reads rows <= t only, so the pad rows after a sequence's end change
+    none of its rows; what changes is the matmuls' row count (float rounding), and with it the rate: the fits'
+    70-90-row forwards ran at ~0.7 of the rate of 8 in one forward on SmolLM2 (docs/real-targets.md, "One pass
+    for both example sets").
+    """
+    if len(seqs) == 1:
+        return [target_rows(rt, seqs[0], taps, with_logits)]
+    width = max(len(s) for s in seqs)
+    ids_t = torch.tensor([list(s) + [0] * (width - len(s)) for s in seqs], dtype=torch.long, device=rt.device)
+    with torch.inference_mode():
+        out = rt.model(input_ids=ids_t, use_cache=False, output_hidden_states=[int(t) + 1 for t in taps])
+        hidden = torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).detach().cpu()
+        logits = out.logits.float().cpu() if with_logits else None
+    return [(hidden[i, :len(s)].clone(), None if logits is None else logits[i, :len(s)].clone())
+            for i, s in enumerate(seqs)]
+
+
+def forward_groups(lengths: Sequence[int], vocab: int, rows_cap: int | None = None) -> list[list[int]]:
+    """Indices into `lengths` grouped for `target_rows_batch`: by ascending length (little padding), as many as
+    keep the group's [rows, vocab] logits within `rows_cap` floats (default GROUP_LOGITS; at least one a group)."""
+    rows_cap = GROUP_LOGITS if rows_cap is None else rows_cap
+    out: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda j: (lengths[j], j)):
+        if out and (len(out[-1]) + 1) * lengths[i] * max(1, vocab) <= rows_cap:
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
+def _target_rows_by_group(rt, ctx, indices: list[int], taps, with_logits: bool):
+    """(trajectory index, taps, target logits) for each index, the target run once per `forward_groups` group."""
+    for grp in forward_groups([len(ctx.trajectories[ti]) for ti in indices], rt.vocab_size):
+        picked = [indices[g] for g in grp]
+        yield from zip(picked, target_rows_batch(rt, [ctx.trajectories[ti] for ti in picked], taps, with_logits))
+
+
 @torch.no_grad()
+def draft_example_sets(ctx, requests: Sequence[ExampleRequest]) -> list[DraftExamples]:
+    """Every request's examples in one pass over the trajectories any of them reads: each trajectory costs one
+    target forward (shared by the requests that read it, batched with trajectories of about its length), then
+    the drafter's passes for each request's anchors."""
+    rt, drafter = ctx.rt, ctx.drafter
+    plans = [planned_anchors(ctx, r) for r in requests]
+    union = sorted(set().union(*plans))
+    logits_needed = any(r.with_target for r in requests)
+    found: list[dict[int, dict]] = [{} for _ in requests]
+    what = ", ".join(f"top-{r.top_k}, stride {r.stride}" for r in requests)
+    # a target forward and drafter passes per trajectory: minutes in a default prepare, so it reports progress
+    rows = _target_rows_by_group(rt, ctx, union, drafter.cfg.taps, logits_needed)
+    for ti, (taps, tlog) in logged(rows, f"fit examples ({what})", len(union), log):
+        for r, plan, got in zip(requests, plans, found):
+            if ti in plan:
+                got[ti] = _draft_at(ctx, ctx.trajectories[ti], plan[ti], taps, tlog if r.with_target else None, r)
+    return [_assemble(r, plan, got) for r, plan, got in zip(requests, plans, found)]
+
+
 def draft_examples(ctx, top_k: int = 8, stride: int = 1, keep_full_logits: bool = False,
                    with_target: bool = True, max_examples: int | None = None,
                    trajectories: Sequence[int] | None = None) -> DraftExamples:
     """Run the drafter at every `stride`-th continuation anchor of the trajectories with the given indices
     (None: all; train data only), stopping after `max_examples` anchors."""
-    rt, drafter = ctx.rt, ctx.drafter
+    req = ExampleRequest(top_k, stride, max_examples, None if trajectories is None else tuple(trajectories),
+                         keep_full_logits, with_target)
+    return draft_example_sets(ctx, [req])[0]
+
+
+def _draft_at(ctx, seq: Sequence[int], here: list[int], taps: torch.Tensor, tlog: torch.Tensor | None,
+              req: ExampleRequest) -> dict:
+    """One trajectory's examples at the anchors `here`: lists of per-anchor tensors under `DraftExamples`' names."""
+    drafter, rt = ctx.drafter, ctx.rt
     B = drafter.cfg.block_size
     embed, head = rt.model.get_input_embeddings(), rt.model.get_output_embeddings()
-    out = {k: [] for k in ("prev", "labels", "ids", "vals", "logits", "hidden", "context", "tgt")}
-    anchors = []
-    chosen = range(len(ctx.trajectories)) if trajectories is None else sorted(set(trajectories))
-    # a target forward and drafter passes per trajectory: minutes in a default prepare, so it reports progress
-    for ti in logged(chosen, f"fit examples (top-{top_k}, stride {stride})", len(chosen), log):
-        seq, plen = ctx.trajectories[ti], ctx.prompt_lens[ti]
-        taps, tlog = target_rows(rt, seq, drafter.cfg.taps, with_target)
-        here = list(range(max(plen, 1), len(seq) - B, stride))
-        if max_examples:
-            here = here[:max(max_examples - len(anchors), 0)]
-        fused_rows = drafter.fuse(taps.to(next(drafter.parameters()).dtype))  # the context vector of every row
-        # One drafter forward and one head product per chunk of this trajectory's anchors (`anchored_blocks`), not
-        # one per anchor: per anchor a 17-row block streams every drafter weight, and at the 350M shape the head's
-        # K x H weight (64 MB at K 16,384) costs 13 ms for 16 rows against ~4 ms a block in a 768-row product.
-        for lo in range(0, len(here), HEAD_CHUNK):
-            part = here[lo:lo + HEAD_CHUNK]
-            hids = anchored_blocks(drafter, taps, torch.tensor(part), torch.tensor([seq[a] for a in part]), embed)
-            ids, vals, lgs = chunk_topk(drafter, hids, head, top_k, keep_full_logits)
-            for j, a in enumerate(part):
-                anchors.append((ti, a))
-                out["prev"].append(seq[a])
-                out["labels"].append(torch.tensor(seq[a + 1:a + 1 + B]))
-                out["ids"].append(ids[j])
-                out["vals"].append(vals[j])
-                out["hidden"].append(hids[j].float().cpu())
-                out["context"].append(fused_rows[a - 1].float().cpu())
-                if lgs is not None:
-                    out["logits"].append(lgs[j].clone())
-                if tlog is not None:
-                    # target logits at rows a..a+B-1 predict tokens a+1..a+B: gather the drafter's candidates
-                    out["tgt"].append(tlog[a:a + B].gather(1, ids[j]))
-        if max_examples and len(anchors) >= max_examples:
-            break
+    out: dict[str, list] = {k: [] for k in ("anchors", "prev", "labels", "ids", "vals", "logits", "hidden",
+                                            "context", "tgt")}
+    fused_rows = drafter.fuse(taps.to(next(drafter.parameters()).dtype))  # the context vector of every row
+    # One drafter forward and one head product per chunk of this trajectory's anchors (`anchored_blocks`), not
+    # one per anchor: per anchor a 17-row block streams every drafter weight, and at the 350M shape the head's
+    # K x H weight (64 MB at K 16,384) costs 13 ms for 16 rows against ~4 ms a block in a 768-row product.
+    for lo in range(0, len(here), HEAD_CHUNK):
+        part = here[lo:lo + HEAD_CHUNK]
+        hids = anchored_blocks(drafter, taps, torch.tensor(part), torch.tensor([seq[a] for a in part]), embed)
+        ids, vals, lgs = chunk_topk(drafter, hids, head, req.top_k, req.keep_full_logits)
+        for j, a in enumerate(part):
+            out["anchors"].append(a)
+            out["prev"].append(seq[a])
+            out["labels"].append(torch.tensor(seq[a + 1:a + 1 + B]))
+            out["ids"].append(ids[j])
+            out["vals"].append(vals[j])
+            out["hidden"].append(hids[j].float().cpu())
+            out["context"].append(fused_rows[a - 1].float().cpu())
+            if lgs is not None:
+                out["logits"].append(lgs[j].clone())
+            if tlog is not None:
+                # target logits at rows a..a+B-1 predict tokens a+1..a+B: gather the drafter's candidates
+                out["tgt"].append(tlog[a:a + B].gather(1, ids[j]))
+    return out
+
+
+def _assemble(req: ExampleRequest, plan: dict[int, list[int]], got: dict[int, dict]) -> DraftExamples:
+    """One request's examples in trajectory order, then anchor order."""
+    order = sorted(plan)
+    cat = lambda k: [x for ti in order for x in got[ti][k]]  # noqa: E731
+    anchors = [(ti, a) for ti in order for a in got[ti]["anchors"]]
     return DraftExamples(
-        anchors=anchors, prev=torch.tensor(out["prev"]), labels=torch.stack(out["labels"]),
-        topk_ids=torch.stack(out["ids"]), topk_vals=torch.stack(out["vals"]),
-        logits=torch.stack(out["logits"]) if keep_full_logits else None, hidden=torch.stack(out["hidden"]),
-        context=torch.stack(out["context"]), target_logits=torch.stack(out["tgt"]) if with_target else None,
-        stride=stride, trajectories=sorted({t for t, _ in anchors}))
+        anchors=anchors, prev=torch.tensor(cat("prev"), dtype=torch.long), labels=torch.stack(cat("labels")),
+        topk_ids=torch.stack(cat("ids")), topk_vals=torch.stack(cat("vals")),
+        logits=torch.stack(cat("logits")) if req.keep_full_logits else None, hidden=torch.stack(cat("hidden")),
+        context=torch.stack(cat("context")), target_logits=torch.stack(cat("tgt")) if req.with_target else None,
+        stride=req.stride, trajectories=sorted({t for t, _ in anchors}))

@@ -5,14 +5,15 @@ Two sets of fit examples exist on purpose: the selector heads (02-05) train on t
 every HEAD_STRIDE-th anchor, about 4096 examples; the corrections (09, 12, 14) on the top-8 at every anchor,
 about 12288. Each trajectory costs one target forward however few of its anchors are kept, so the examples
 come from just enough trajectories, evenly spread over all of them (`plan_examples`), each read densely.
-Both come from `examples.draft_examples` and are cached on the FitContext, so each is computed once however
-many fitters read it.
+Both come from one pass of `examples.draft_example_sets` (a trajectory both read is forwarded once) and are
+cached on the FitContext, so each is computed once however many fitters read it.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,7 @@ import torch
 from ...progress import logged
 from ...runtime.drafter import parameter_count
 from ...store.artifacts import tensor_bytes
-from .examples import DraftExamples, draft_examples
+from .examples import DraftExamples, ExampleRequest, draft_example_sets
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +81,24 @@ def plan_examples(ctx, target: int, max_stride: int) -> ExamplePlan:
     return ExamplePlan(spread_indices(N, n), stride, target)
 
 
+def _request(top_k: int, plan: ExamplePlan) -> ExampleRequest:
+    return ExampleRequest(top_k=top_k, stride=plan.stride, max_examples=plan.target,
+                          trajectories=tuple(plan.trajectories), with_target=True)
+
+
+def cached_sets(ctx, wanted: Sequence[tuple[int, ExamplePlan]]) -> list[DraftExamples]:
+    """`draft_examples` with target logits for each (top_k, plan), computed once per prepare run; the sets not
+    cached yet are built in one pass, so a trajectory two of them read costs one target forward."""
+    keys = [("draft_examples", k, p.stride, p.target, tuple(p.trajectories)) for k, p in wanted]
+    todo = list({key: i for i, key in reversed(list(enumerate(keys))) if key not in ctx.cache}.values())
+    for i, ex in zip(todo, draft_example_sets(ctx, [_request(*wanted[i]) for i in todo]) if todo else ()):
+        ctx.cache[keys[i]] = ex
+    return [ctx.cache[key] for key in keys]
+
+
 def cached_examples(ctx, *, top_k: int, plan: ExamplePlan) -> DraftExamples:
-    """`draft_examples` with target logits, computed once per (top_k, plan) and prepare run."""
-    key = ("draft_examples", top_k, plan.stride, plan.target, tuple(plan.trajectories))
-    if key not in ctx.cache:
-        ctx.cache[key] = draft_examples(ctx, top_k=top_k, stride=plan.stride, with_target=True,
-                                        max_examples=plan.target, trajectories=plan.trajectories)
-    return ctx.cache[key]
+    """One set of `cached_sets`."""
+    return cached_sets(ctx, [(top_k, plan)])[0]
 
 
 def head_plan(ctx) -> ExamplePlan:
@@ -101,14 +113,20 @@ def correction_plan(ctx) -> ExamplePlan:
     return plan_examples(ctx, cap, CORRECTION_STRIDE)
 
 
+def _fit_sets(ctx) -> list[DraftExamples]:
+    """The heads' and the corrections' examples, both built at the first fitter's request (one pass)."""
+    return cached_sets(ctx, [(min(HEAD_TOP_K, ctx.rt.vocab_size), head_plan(ctx)),
+                             (min(CORRECTION_TOP_K, ctx.rt.vocab_size), correction_plan(ctx))])
+
+
 def head_examples(ctx) -> DraftExamples:
     """Fit examples of the selector heads (02 pair selector, 04 jump head, 05 fused residual)."""
-    return cached_examples(ctx, top_k=min(HEAD_TOP_K, ctx.rt.vocab_size), plan=head_plan(ctx))
+    return _fit_sets(ctx)[0]
 
 
 def correction_examples(ctx) -> DraftExamples:
     """Fit examples of the corrections (09, 12, 14)."""
-    return cached_examples(ctx, top_k=min(CORRECTION_TOP_K, ctx.rt.vocab_size), plan=correction_plan(ctx))
+    return _fit_sets(ctx)[1]
 
 
 def examples_meta(ex: DraftExamples) -> dict:
