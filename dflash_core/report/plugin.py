@@ -8,6 +8,7 @@ even with `-p no:benchmark`. `pytest_benchmark_update_json` fires once per outpu
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,9 +29,21 @@ def _lab_section(config) -> dict | None:
     return None if sess is None else sess.lab_section()
 
 
+THREAD_ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "DNNL_", "ONEDNN_")
+
+
+def thread_env() -> dict[str, str]:
+    """The environment variables that steer torch's CPU threads and kernels (sorted): timings depend on them."""
+    return {k: os.environ[k] for k in sorted(os.environ) if k.startswith(THREAD_ENV_PREFIXES)}
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config, machine_info):
-    """A stable accelerator block; volatile clock readings dropped so same-machine compares don't warn."""
+    """A stable accelerator block; volatile clock readings dropped so same-machine compares don't warn.
+
+    The block records the OpenMP/MKL environment too: `OMP_WAIT_POLICY=PASSIVE` made a one-row SmolLM2 decode step
+    1.4-2.1x slower on a 2-core Xeon (docs/performance.md, "OpenMP's wait policy"), a setting a timing must carry.
+    """
     cpu = machine_info.get("cpu")
     if isinstance(cpu, dict):
         for k in [k for k in cpu if k.startswith("hz_actual")]:
@@ -38,7 +51,8 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     try:
         import torch
 
-        acc = {"torch": torch.__version__, "cuda": torch.version.cuda, "threads": torch.get_num_threads()}
+        acc = {"torch": torch.__version__, "cuda": torch.version.cuda, "threads": torch.get_num_threads(),
+               "thread_env": thread_env()}
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
             acc.update(name=p.name, capability=f"{p.major}.{p.minor}", memory_gib=round(p.total_memory / 2**30, 1))

@@ -90,7 +90,11 @@ def cached_sets(ctx, wanted: Sequence[tuple[int, ExamplePlan]]) -> list[DraftExa
     """`draft_examples` with target logits for each (top_k, plan), computed once per prepare run; the sets not
     cached yet are built in one pass, so a trajectory two of them read costs one target forward."""
     keys = [("draft_examples", k, p.stride, p.target, tuple(p.trajectories)) for k, p in wanted]
-    todo = list({key: i for i, key in reversed(list(enumerate(keys))) if key not in ctx.cache}.values())
+    first: dict = {}
+    for i, key in enumerate(keys):
+        if key not in ctx.cache:
+            first.setdefault(key, i)  # a set asked for twice is built once
+    todo = list(first.values())
     for i, ex in zip(todo, draft_example_sets(ctx, [_request(*wanted[i]) for i in todo]) if todo else ()):
         ctx.cache[keys[i]] = ex
     return [ctx.cache[key] for key in keys]
