@@ -411,17 +411,30 @@ def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) 
     return out.hidden.detach().cpu()
 
 
+def uncached_rows(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int],
+                  with_logits: bool) -> list[tuple[Any, Any]]:
+    """(taps [len, n_taps * hidden], float32 logits [len, V] or None) of every row of each non-empty sequence,
+    from ONE uncached forward with the sequences right-padded to the longest.
+
+    No mask is needed: a causal model's row reads no later row (attention and LFM2's short convolutions alike), so
+    the pad after a sequence's end changes none of its rows, only the matmuls' row count (float rounding).
+    """
+    import torch
+
+    width = max(len(s) for s in seqs)
+    inp = torch.tensor([list(s) + [0] * (width - len(s)) for s in seqs], dtype=torch.long, device=rt.device)
+    with torch.inference_mode():
+        out = rt.model(input_ids=inp, use_cache=False, output_hidden_states=[int(t) + 1 for t in taps],
+                       **({} if with_logits else {"logits_to_keep": 1}))
+        hidden = torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).detach().cpu()
+        logits = out.logits.float().cpu() if with_logits else None
+    return [(hidden[i, :len(s)], None if logits is None else logits[i, :len(s)]) for i, s in enumerate(seqs)]
+
+
 def batch_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Sequence[int]) -> list[Any]:
     """Hidden-state taps of every row of equal-length sequences, one uncached forward for the batch
     (the same rows `TargetSession.prefill(..., taps=...)` returns for each sequence alone)."""
-    import torch
-
     lens = {len(s) for s in seqs}
     if len(lens) != 1 or 0 in lens:
         raise BadInputError(f"batch_taps needs non-empty sequences of one length, got lengths {sorted(lens)}")
-    inp = torch.tensor([list(s) for s in seqs], dtype=torch.long, device=rt.device)
-    with torch.inference_mode():
-        out = rt.model(input_ids=inp, use_cache=False, logits_to_keep=1,
-                       output_hidden_states=[int(t) + 1 for t in taps])
-        hidden = torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).cpu()
-    return list(hidden.unbind(0))
+    return [h for h, _ in uncached_rows(rt, seqs, taps, with_logits=False)]

@@ -22,7 +22,7 @@ import torch
 
 from ...progress import logged
 from ...runtime.drafter import anchored_blocks
-from ...runtime.target import trajectory_taps
+from ...runtime.target import trajectory_taps, uncached_rows
 from .common import topk_tensors
 
 log = logging.getLogger(__name__)
@@ -54,12 +54,7 @@ def target_rows(rt, seq: Sequence[int], taps: Sequence[int], with_logits: bool):
     """
     if not with_logits:
         return trajectory_taps(rt, seq, taps), None
-    ids_t = torch.tensor([list(seq)], dtype=torch.long, device=rt.device)
-    with torch.inference_mode():
-        out = rt.model(input_ids=ids_t, use_cache=False, output_hidden_states=[int(t) + 1 for t in taps])
-        hidden = torch.cat([out.hidden_states[int(t) + 1][0] for t in taps], dim=-1).detach().cpu()
-        logits = out.logits[0].float().cpu()
-    return hidden, logits
+    return uncached_rows(rt, [seq], taps, with_logits=True)[0]
 
 
 def chunk_topk(drafter, hidden: torch.Tensor, head, top_k: int, full: bool):
@@ -93,39 +88,33 @@ class ExampleRequest:
     with_target: bool = True
 
 
+def anchor_positions(ctx, ti: int, stride: int) -> list[int]:
+    """The continuation anchors of trajectory `ti` at `stride`: from its prompt's last token while a full block of
+    labels follows."""
+    return list(range(max(ctx.prompt_lens[ti], 1), len(ctx.trajectories[ti]) - ctx.drafter.cfg.block_size, stride))
+
+
 def planned_anchors(ctx, req: ExampleRequest) -> dict[int, list[int]]:
     """Trajectory index -> the anchors `req` takes from it (ascending), the cap applied in trajectory order."""
-    B = ctx.drafter.cfg.block_size
     chosen = range(len(ctx.trajectories)) if req.trajectories is None else sorted(set(req.trajectories))
     out: dict[int, list[int]] = {}
     left = req.max_examples
     for ti in chosen:
         if left is not None and left <= 0:
             break
-        here = list(range(max(ctx.prompt_lens[ti], 1), len(ctx.trajectories[ti]) - B, req.stride))
+        here = anchor_positions(ctx, ti, req.stride)
         out[ti] = here if left is None else here[:left]
         left = None if left is None else left - len(out[ti])
     return out
 
 
 def target_rows_batch(rt, seqs: Sequence[Sequence[int]], taps: Sequence[int], with_logits: bool) -> list[tuple]:
-    """`target_rows` of several sequences from ONE uncached forward, right-padded to the longest.
-
-    No mask is needed: a causal model's row t reads rows <= t only, so the pad rows after a sequence's end change
-    none of its rows; what changes is the matmuls' row count (float rounding), and with it the rate: the fits'
-    70-90-row forwards ran at ~0.7 of the rate of 8 in one forward on SmolLM2 (docs/real-targets.md, "One pass
-    for both example sets").
-    """
+    """`target_rows` of several sequences from ONE uncached forward, right-padded (`target.uncached_rows`): the
+    fits' 70-90-row forwards ran at ~0.7 of the rate of 8 in one forward on SmolLM2 (docs/real-targets.md, "One
+    pass for the fit examples, and OpenMP's wait policy")."""
     if len(seqs) == 1:
         return [target_rows(rt, seqs[0], taps, with_logits)]
-    width = max(len(s) for s in seqs)
-    ids_t = torch.tensor([list(s) + [0] * (width - len(s)) for s in seqs], dtype=torch.long, device=rt.device)
-    with torch.inference_mode():
-        out = rt.model(input_ids=ids_t, use_cache=False, output_hidden_states=[int(t) + 1 for t in taps])
-        hidden = torch.cat([out.hidden_states[int(t) + 1] for t in taps], dim=-1).detach().cpu()
-        logits = out.logits.float().cpu() if with_logits else None
-    return [(hidden[i, :len(s)].clone(), None if logits is None else logits[i, :len(s)].clone())
-            for i, s in enumerate(seqs)]
+    return uncached_rows(rt, seqs, taps, with_logits)
 
 
 def forward_groups(lengths: Sequence[int], vocab: int, rows_cap: int | None = None) -> list[list[int]]:

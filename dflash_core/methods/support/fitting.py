@@ -21,7 +21,7 @@ import torch
 from ...progress import logged
 from ...runtime.drafter import parameter_count
 from ...store.artifacts import tensor_bytes
-from .examples import DraftExamples, ExampleRequest, draft_example_sets
+from .examples import DraftExamples, ExampleRequest, anchor_positions, draft_example_sets
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,7 @@ MIN_FIT_TRAJECTORIES = 10  # at least this many trajectories (when there are) so
 
 def _anchors_of(ctx, ti: int, stride: int) -> int:
     """How many anchors `draft_examples` takes from trajectory `ti` at `stride`."""
-    B = ctx.drafter.cfg.block_size
-    seq, plen = ctx.trajectories[ti], ctx.prompt_lens[ti]
-    return len(range(max(plen, 1), len(seq) - B, stride))
+    return len(anchor_positions(ctx, ti, stride))
 
 
 def spread_indices(total: int, n: int) -> list[int]:
