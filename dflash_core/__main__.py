@@ -201,7 +201,8 @@ def cmd_prepare(a) -> int:
         out = prepare(a.target, home=a.home, refresh=a.refresh, progress=not a.no_progress,
                       threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter,
                                                      train_data=a.train_data, train_budget=a.train_budget,
-                                                     train_seeds=a.train_seeds, teacher_dtype=a.teacher_dtype))
+                                                     train_seeds=a.train_seeds, teacher_dtype=a.teacher_dtype,
+                                                     prepare_budget=a.prepare_budget))
     finally:
         dist.shutdown()  # under torchrun: leave the group before exit (a no-op in one process)
     print(out)

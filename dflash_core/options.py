@@ -86,6 +86,13 @@ def _train_budget(text: str) -> str | float:
     return _minutes(text)
 
 
+def _prepare_budget(text: str) -> str | float:
+    """'auto' (30 minutes for a real target, none for the mini), 'off' or a number of minutes > 0."""
+    if str(text).strip() in ("auto", "off"):
+        return str(text).strip()
+    return _minutes(text)
+
+
 def _flag(text: str) -> bool:
     return str(text).strip().lower() in ("1", "true", "yes")
 
@@ -195,6 +202,12 @@ OPTIONS: tuple[Option, ...] = (
            "best held-out state is kept; the step count still caps it), or 'off': the step count alone decides",
            type=_train_budget, cli="--train-budget",
            default_text="15 at a vocabulary >= 16,384 (a real target), none for the mini target",
+           commands=("prepare",)),
+    Option("prepare_budget", "DFLASH_PREPARE_BUDGET", None, "minutes the whole prepare may take: drafter training "
+           "gets what the teacher, the fits (projected before training) and a safety share of 1/20 leave, never less "
+           "than 2 minutes; 'off': no budget (the training budget and the step count alone decide)",
+           type=_prepare_budget, cli="--prepare-budget",
+           default_text="auto: 30 at a vocabulary >= 16,384 (a real target), none for the mini target",
            commands=("prepare",)),
     # The teacher data's size: on 2 cores the default is what a 30-minute prepare affords; with more cores or a GPU,
     # more seeds are the lever the drafter needs (docs/real-targets.md, "How accuracy grows with the teacher data").

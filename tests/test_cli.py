@@ -132,6 +132,17 @@ def test_prepare_passes_train_data_budget_and_seeds(clean_env, recorders, monkey
     assert call["train_data"] == str(data) and call["train_budget"] == 12.5 and call["train_seeds"] == 5000
 
 
+@pytest.mark.parametrize("argv,env,want", [(["--prepare-budget", "25"], {}, 25.0),
+                                           ([], {"DFLASH_PREPARE_BUDGET": "off"}, "off"),
+                                           (["--prepare-budget", "auto"], {}, "auto")])
+def test_prepare_passes_the_prepare_budget(clean_env, recorders, monkeypatch, argv, env, want):
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    assert cli.main(["prepare", *argv]) == 0
+    (call,) = recorders["prepare"]
+    assert call["prepare_budget"] == want
+
+
 def test_prepare_train_budget_off_reaches_prepare(clean_env, recorders):
     assert cli.main(["prepare", "--train-budget", "off"]) == 0
     (call,) = recorders["prepare"]
@@ -157,6 +168,7 @@ def test_prepare_without_a_teacher_dtype_leaves_the_recorded_config_in_charge(cl
 @pytest.mark.parametrize("argv,message", [(["--train-data", "/no/such/file.txt"], "no such file"),
                                           (["--teacher-dtype", "bf16"], "is not one of auto, float32, bfloat16"),
                                           (["--train-budget", "0"], "must be a number of minutes > 0"),
+                                          (["--prepare-budget", "-3"], "must be a number of minutes > 0"),
                                           (["--train-seeds", "0"], "must be an integer >= 1"),
                                           (["--train-seeds", "2000000"], "must be an integer <= 1000000"),
                                           (["--train-seeds", "many"], "train")])

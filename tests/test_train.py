@@ -173,6 +173,23 @@ def test_a_training_budget_stops_training_and_keeps_the_best_state():
     assert m["best_step"] <= m["steps_run"] and m["heldout_position_accuracy"] is not None
 
 
+@pytest.mark.parametrize("budget, cap, binds", [(None, 0.06, "prepare"), (0.001, 600.0, "training"),
+                                                (10.0, 0.06, "prepare")])
+def test_the_prepare_budgets_time_cap_stops_training_where_it_binds_first(budget, cap, binds):
+    # 60 ms: spent within the first steps, whatever the machine; the stop names the limit that bound
+    tcfg = TrainConfig(steps=500, batch_sequences=4, anchors_per_sequence=4, warmup=1, val_fraction=0.25,
+                       eval_every=100, budget_minutes=budget, matmul_dtype="float32")
+    model = build_tiny(TinySpec(pattern="CACA", dtype="float32", vocab_size=64, hidden_size=32, intermediate_size=64))
+    rt = TargetRuntime.from_model(model)
+    seqs = [[(a + i) % 63 + 1 for i in range(14)] for a in range(20)]
+    dcfg = DrafterConfig(hidden_size=32, vocab_size=64, taps=(1,), block_size=4, num_layers=1, num_heads=4,
+                         intermediate_size=64)
+    _, m = train_drafter(rt, seqs, dcfg, tcfg, time_cap=cap)
+    assert m["steps_run"] < tcfg.steps and m["time_cap_seconds"] == cap
+    assert ("prepare budget" in m["stopped"]) == (binds == "prepare")
+    assert ("training budget" in m["stopped"]) == (binds == "training")
+
+
 def test_the_auto_schedule_is_the_minis_below_a_real_vocabulary_and_longer_and_budgeted_at_one():
     mini = resolve_schedule(TrainConfig(), LARGE_VOCAB - 1)
     assert (mini.steps, mini.patience, mini.budget_minutes) == (MINI_STEPS, MINI_PATIENCE, None) == (600, 4, None)

@@ -55,6 +55,7 @@ from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noq
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
 from .teacher import PADDED_BATCH, TeacherData, forced_data, teacher_data
+from .timebudget import plan_training, resolve_prepare_budget
 from .train import (
     LARGE_VOCAB,
     TrainConfig,
@@ -102,6 +103,9 @@ class PrepareConfig:
     # or 'padded' (mixed lengths left-padded, `teacher.padded_batches`); 'auto' is 'padded' at a real vocabulary
     # where the model type pads exactly (`target.pads_exactly`: the shipped seeds' lengths spread over ~30 values,
     # so length buckets make many small batches) and 'length' elsewhere (the mini target: its recipe unchanged)
+    budget_minutes: float | str | None = "auto"  # --prepare-budget: minutes the whole prepare may take; training
+    # gets what the teacher, the projected fits and a safety share leave (`timebudget`); auto: 30 at a real
+    # vocabulary, none for the mini target; None: no budget (the training budget and steps alone decide)
     train_data: str | None = None  # --train-data: where train seeds are cut from (None: the family's shipped corpus)
     train: TrainConfig = field(default_factory=TrainConfig)
     aux_steps: int = 300  # optimisation steps for each method head fitted after the drafter
@@ -123,7 +127,8 @@ class PrepareConfig:
 # bundle stay current; set, they are recorded and compared. teacher_dtype has two: 'auto' (an unresolved config:
 # prepare records the resolved dtype) and 'float32' (what 'auto' resolves to for the mini target, and what every home
 # was built with before the knob); teacher_batching likewise ('length' is what every home was built with before it).
-LATE_KNOBS = {"anchor_embed": (False,), "teacher_dtype": ("auto", "float32"), "teacher_batching": ("auto", "length")}
+LATE_KNOBS = {"anchor_embed": (False,), "teacher_dtype": ("auto", "float32"), "teacher_batching": ("auto", "length"),
+              "budget_minutes": ("auto",)}
 
 
 FORCED_TOKENS = 262144  # the auto budget of teacher-forced text at a real vocabulary (~1.8 GB of taps at 135M)
@@ -358,7 +363,7 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
             cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
             drafter: str | None = None, train_data: str | None = None,
             train_budget: float | str | None = None, train_seeds: int | None = None,
-            teacher_dtype: str | None = None) -> Path:
+            teacher_dtype: str | None = None, prepare_budget: float | str | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
     With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
@@ -375,6 +380,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     built with another count are rebuilt even where the home's recorded config is otherwise accepted.
     `teacher_dtype` (--teacher-dtype) overrides cfg.teacher_dtype the same way (compared even where the recorded
     config is accepted): bfloat16 only where the CPU computes it natively, refused before the target is loaded.
+    `prepare_budget` (--prepare-budget, minutes, 'auto' or 'off') overrides cfg.budget_minutes: the whole run's
+    time, training capped at what the steps before it and the projected fits leave (`timebudget`).
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     Under torchrun (WORLD_SIZE > 1) every rank runs this: teacher generation is sharded, training is DDP,
     and rank 0 alone holds the lock and writes (`distributed`).
@@ -411,6 +418,9 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         else:
             budget = float(train_budget)
         cfg = replace(cfg, train=replace(cfg.train, budget_minutes=budget))
+    if prepare_budget is not None:
+        cfg = replace(cfg, budget_minutes=None if prepare_budget == "off" else prepare_budget)
+    resolve_prepare_budget(cfg.budget_minutes, LARGE_VOCAB)  # refused here when it is not a budget
     ensure_console_logging()
     dist.init_from_env("cpu")
     with torch_threads(dist.threads_per_rank(cfg.threads)), home_lock(home, wait_message="another prepare is running"):
@@ -572,6 +582,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         trajs = teacher.sequences
     forced, forced_record = (None, {"tokens": 0}) if imported is not None else \
         forced_teacher(rt, cfg, family, seeds, taps, progress)
+    budget_record = {"budget_minutes": None, "why": "an imported drafter: nothing is trained"}
     if imported is not None:
         dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
         _log(f"using the transformers-format drafter {drafter} (block {dcfg.block_size}, taps {list(dcfg.taps)})")
@@ -584,9 +595,16 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                              anchor_embed=cfg.anchor_embed)
         sched = resolve_schedule(cfg.train, rt.vocab_size)
         budget = f", budget {sched.budget_minutes:g} min" if sched.budget_minutes else ""
+        time_cap, budget_record = None, {"budget_minutes": resolve_prepare_budget(cfg.budget_minutes, rt.vocab_size)}
+        if budget_record["budget_minutes"] is not None:  # rank 0 probes the fits' cost; every rank trains to its cap
+            if lead:
+                time_cap, budget_record = plan_training(rt, dcfg, cfg.train, trajs, [len(s) for s in seeds], cfg,
+                                                        family, budget_record["budget_minutes"], t_start)
+            time_cap, budget_record = dist.broadcast_object((time_cap, budget_record))
         _log(f"training the drafter ({sched.steps} steps{budget}, block {cfg.block_size}, taps {list(dcfg.taps)})")
         drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress,
-                                         teacher=teacher if forced is None else teacher.extend(forced), work=work)
+                                         teacher=teacher if forced is None else teacher.extend(forced), work=work,
+                                         time_cap=time_cap)
     # The fits read the trajectories' tokens only: drop the taps (and top-k) before they build their examples,
     # so the two never share the peak (at 350M: 187,818 rows x 3 taps x 1,024 float32 = 2.3 GB, 2.6 with forced text).
     teacher = forced = None
@@ -630,6 +648,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         "forced_text": forced_record,
         "fits": fits,
         "fit_seconds": time.perf_counter() - t_fit,
+        "prepare_budget": budget_record,
         "held_out": held_record,
         "prepare_seconds": time.perf_counter() - t_start,
     }

@@ -570,7 +570,7 @@ def _load_opt_state(opt, blob: dict) -> None:
 
 def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfig, progress: bool = False,
                   *, teacher: TeacherData | None = None, work: Path | None = None,
-                  init=None, observe=None) -> tuple[DFlashDrafter, dict]:
+                  init=None, observe=None, time_cap: float | None = None) -> tuple[DFlashDrafter, dict]:
     """Train a drafter on teacher trajectories; returns it (eval mode) and metrics for the manifest.
 
     `teacher`: trajectories with their taps (and top-k logits) from the teacher pass; without it the taps of
@@ -578,6 +578,8 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     freshly initialised drafter before training (e.g. `drafter_init.init_from_target`); returns a record.
     `observe(step, drafter, curve_row)`: called after each held-out evaluation (a study keeps states to compare
     selection rules); it must not change the drafter.
+    `time_cap`: seconds of training a prepare budget leaves (`timebudget.training_cap`), a second limit beside
+    `tcfg.budget_minutes`; not part of the checkpoint key (a resumed run keeps counting its training seconds).
     Refuses trajectories that share an n-gram with a held-out prompt (the one guard, `heldout`).
     """
     if teacher is None:
@@ -650,6 +652,8 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     if st["step"]:
         bar.update(st["step"])
     budget = 60.0 * tcfg.budget_minutes if tcfg.budget_minutes else None
+    capped = time_cap is not None and (budget is None or time_cap < budget)  # the prepare budget binds first
+    budget = time_cap if capped else budget
 
     def evaluate(step: int) -> None:
         ev = heldout_eval(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
@@ -719,7 +723,9 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
                 stop = (f"held-out {tcfg.select} did not improve for {st['since_best']} evaluations: stopping at step "
                         f"{step} (best {st['best']['step']})")
         if out_of_time and stop is None:
-            stop = f"the training budget of {tcfg.budget_minutes} min is spent: stopping at step {step}"
+            spent = (f"the {budget:.0f} s of training the prepare budget leaves are" if capped
+                     else f"the training budget of {tcfg.budget_minutes} min is")
+            stop = f"{spent} spent: stopping at step {step}"
         st["train_seconds"] += time.perf_counter() - t_step  # evaluations count against the budget too
         if ckpt is not None and tcfg.checkpoint_every and step % tcfg.checkpoint_every == 0 and stop is None:
             if dist.rank() == 0:
@@ -773,6 +779,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         "stopped": stop or "all steps run",
         "heldout_curve": st["curve"],
         "train_seconds": st["train_seconds"],
+        "time_cap_seconds": time_cap,
         "seconds": time.perf_counter() - t0,
     }
     if ckpt is not None and dist.rank() == 0:

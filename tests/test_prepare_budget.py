@@ -1,0 +1,165 @@
+"""The prepare budget (`prepare/timebudget.py`): training gets what the run's budget leaves after the steps before
+it, the projected fits and a safety share. The projection is proved against an injected timing model whose true
+fits cost is known; the cap reaches training and the manifest."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dflash_core.errors import BadInputError
+from dflash_core.prepare import timebudget as tb
+from dflash_core.testing import tiny_prepare_config
+
+
+@pytest.mark.parametrize("value, vocab, want", [("auto", 16384, tb.PREPARE_BUDGET), ("auto", 64, None),
+                                                ("off", 16384, None), (None, 16384, None), (12.5, 64, 12.5),
+                                                (3, 16384, 3.0)])
+def test_the_auto_budget_is_thirty_minutes_for_a_real_target_and_none_for_the_mini(value, vocab, want):
+    assert tb.resolve_prepare_budget(value, vocab) == want
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "30", "fast", [30]])
+def test_a_bad_prepare_budget_is_refused(bad):
+    with pytest.raises(BadInputError, match="--prepare-budget must be 'auto', 'off' or a number of minutes > 0"):
+        tb.resolve_prepare_budget(bad, 16384)
+
+
+@settings(max_examples=200, deadline=None)
+@given(budget=st.floats(1.0, 600.0), elapsed=st.floats(0.0, 40000.0), fits=st.floats(0.0, 20000.0))
+def test_the_training_cap_is_what_the_budget_leaves_and_never_below_the_floor(budget, elapsed, fits):
+    cap, rec = tb.training_cap(budget, elapsed, fits)
+    total = 60.0 * budget
+    assert cap >= tb.MIN_TRAIN_SECONDS
+    if rec["projected_to_fit"]:  # the parts add up to the budget exactly
+        assert elapsed + cap + fits + tb.SAFETY_SHARE * total == pytest.approx(total)
+    else:  # the floor, and the record says the budget will be exceeded
+        assert cap == tb.MIN_TRAIN_SECONDS and elapsed + fits + cap + tb.SAFETY_SHARE * total > total - 1e-6
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _fit_ctx(n: int = 600, seed: int = 0):
+    """A planning context with the shapes of a real prepare: n trajectories of 64 tokens after prompts of 6-40."""
+    r = random.Random(seed)
+    lens = [r.randrange(6, 41) for _ in range(n)]
+    trajs = [[1] * (p + 64) for p in lens]
+    return SimpleNamespace(rt=SimpleNamespace(vocab_size=65536), drafter=SimpleNamespace(cfg=SimpleNamespace(
+        block_size=16, taps=(1, 2, 3))), trajectories=trajs, prompt_lens=lens,
+        cfg=SimpleNamespace(aux_max_examples=None))
+
+
+def test_the_fits_projection_recovers_a_known_cost_from_one_probe_group(monkeypatch):
+    """Injected timing model: a target forward costs C_T a row, drafting C_H an anchor for the heads' set and C_C
+    for the corrections' (their strides and trajectories differ). The projection from one probe group equals the
+    whole fits' true cost times FIT_OVERHEAD. Scaling everything by rows alone (the obvious shortcut) misses it."""
+    from dflash_core.methods.support import fitting
+    from dflash_core.methods.support.examples import planned_anchors
+
+    C_T, C_H, C_C = 2e-3, 5e-3, 1e-3
+    ctx, clock = _fit_ctx(), Clock()
+
+    def rows(rt, seqs, taps, with_logits):
+        clock.t += C_T * sum(map(len, seqs))
+
+    def sets(ctx_, reqs):
+        for req in reqs:
+            plan = planned_anchors(ctx_, req)
+            clock.t += C_T * sum(len(ctx_.trajectories[i]) for i in plan)  # its own forward
+            clock.t += (C_H if req.top_k == fitting.HEAD_TOP_K else C_C) * sum(map(len, plan.values()))
+
+    monkeypatch.setattr(tb, "target_rows_batch", rows)
+    monkeypatch.setattr(tb, "draft_example_sets", sets)
+    proj = tb.project_fit_seconds(ctx, clock=clock)
+
+    head, corr = fitting.head_plan(ctx), fitting.correction_plan(ctx)
+    union = set(head.trajectories) | set(corr.trajectories)
+    examples = [sum(map(len, planned_anchors(ctx, fitting._request(k, p)).values()))
+                for k, p in ((fitting.HEAD_TOP_K, head), (fitting.CORRECTION_TOP_K, corr))]
+    truth = C_T * sum(len(ctx.trajectories[i]) for i in union) + C_H * examples[0] + C_C * examples[1]
+    assert examples[0] <= fitting.HEAD_TARGET_EXAMPLES and examples[1] <= fitting.CORRECTION_TARGET_EXAMPLES
+    assert 1 < proj.probe_trajectories < len(union) / 10  # one group, not the fits themselves
+    assert proj.seconds == pytest.approx(tb.FIT_OVERHEAD * truth, rel=1e-9)
+    rows_only = (proj.target_seconds + proj.head_seconds + proj.correction_seconds) * proj.scale_rows
+    assert abs(tb.FIT_OVERHEAD * rows_only - proj.seconds) > 0.05 * proj.seconds
+
+
+def test_the_probe_group_holds_the_median_length_trajectory():
+    ctx = _fit_ctx(200, seed=1)
+    lengths = [len(t) for t in ctx.trajectories]
+    union = list(range(0, 200, 2))
+    got = tb.probe_group(lengths, union, ctx.rt.vocab_size)
+    median = sorted(lengths[i] for i in union)[len(union) // 2]
+    assert set(got) <= set(union) and median in {lengths[i] for i in got}
+    assert max(lengths[i] for i in got) - min(lengths[i] for i in got) <= 10  # a group of about one length
+
+
+def test_the_probe_drafter_has_the_largest_head_training_may_choose_and_leaves_the_rng_alone():
+    import torch
+
+    from dflash_core.prepare.train import TrainConfig
+    from dflash_core.runtime.drafter import DrafterConfig
+
+    dcfg = DrafterConfig(hidden_size=32, vocab_size=20000, taps=(1,), block_size=4, num_layers=1, num_heads=4,
+                         intermediate_size=64)
+    torch.manual_seed(5)
+    want = torch.rand(3)
+    torch.manual_seed(5)
+    d = tb.probe_drafter(dcfg, TrainConfig())
+    assert torch.equal(torch.rand(3), want)
+    assert d.cfg.draft_vocab == TrainConfig().draft_vocab_max
+    assert tb.probe_drafter(dcfg, TrainConfig(draft_vocab="off")).cfg.draft_vocab == 0
+    assert tb.probe_drafter(dcfg, TrainConfig(draft_vocab=9000)).cfg.draft_vocab == 9000
+
+
+def test_a_prepare_budget_caps_training_and_is_recorded(tiny_prepared, tmp_path, monkeypatch):
+    """A budget on the tiny target: the fits are probed before training, the cap reaches train_drafter, and the
+    manifest records the plan; without one (the mini-sized vocabulary's auto) nothing is probed."""
+    import dflash_core.prepare.pipeline as P
+    from dflash_core.runtime.target import load_target
+
+    caps: list = []
+    real = P.train_drafter
+
+    def spy(*a, **k):
+        caps.append(k.get("time_cap"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(P, "train_drafter", spy)
+    rt = load_target(str(tiny_prepared.path), "cpu", "float32")
+    cfg = replace(tiny_prepare_config(), budget_minutes=5.0)
+    out = P.prepare(str(tiny_prepared.path), home=tmp_path / "a", cfg=cfg, rt=rt, progress=False)
+    doc = json.loads((out / "manifest.json").read_text())
+    rec = doc["prepare_budget"]
+    assert rec["budget_minutes"] == 5.0 and rec["fit_probe"]["seconds"] > 0
+    assert caps == [pytest.approx(rec["training_cap_seconds"], abs=0.05)] and caps[0] >= tb.MIN_TRAIN_SECONDS
+    assert doc["drafter"]["time_cap_seconds"] == caps[0]
+    assert doc["prepare_config"]["budget_minutes"] == 5.0  # set, it is recorded (and compared)
+
+    caps.clear()
+    monkeypatch.setattr(P, "plan_training", lambda *a, **k: pytest.fail("probed without a budget"))
+    out = P.prepare(str(tiny_prepared.path), home=tmp_path / "b", cfg=tiny_prepare_config(), rt=rt, progress=False)
+    doc = json.loads((out / "manifest.json").read_text())
+    assert caps == [None] and doc["prepare_budget"] == {"budget_minutes": None}
+    assert "budget_minutes" not in doc["prepare_config"]  # auto: the config as recorded before the knob
+
+
+@pytest.mark.parametrize("bad", [0, -5, "soon", True])
+def test_prepare_refuses_a_bad_budget_before_any_work(bad, tmp_path):
+    from dflash_core.prepare.pipeline import prepare
+
+    with pytest.raises(BadInputError, match="--prepare-budget"):
+        prepare("mini", home=tmp_path / "home", prepare_budget=bad)
+    assert not (tmp_path / "home").exists()
