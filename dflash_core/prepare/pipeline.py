@@ -601,8 +601,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                 time_cap, budget_record = plan_training(rt, dcfg, cfg.train, trajs, [len(s) for s in seeds], cfg,
                                                         family, budget_record["budget_minutes"], t_start)
             time_cap, budget_record = dist.broadcast_object((time_cap, budget_record))
-        if time_cap is not None:
-            budget += f", at most {time_cap:.0f} s by the prepare budget"
+        if time_cap is not None and not (sched.budget_minutes and 60.0 * sched.budget_minutes <= time_cap):
+            budget += f", cut to {time_cap:.0f} s by the prepare budget"  # named only where the cap binds
         _log(f"training the drafter ({sched.steps} steps{budget}, block {cfg.block_size}, taps {list(dcfg.taps)})")
         drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress,
                                          teacher=teacher if forced is None else teacher.extend(forced), work=work,
