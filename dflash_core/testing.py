@@ -62,6 +62,18 @@ def build_tiny(spec: TinySpec = TinySpec()):
     return model
 
 
+def build_tiny_llama(dtype: str = "float64", seed: int = 0, **over):
+    """A random 4-layer Llama (vocab 96, hidden 48, grouped KV heads): the attention-only type beside the tiny LFM2,
+    for checks that must hold for both (right or left padding, RoPE positions); `over` sets other config fields."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2, **over)
+    return LlamaForCausalLM(cfg).to(getattr(torch, dtype)).eval()
+
+
 def real_350m_config(dtype: str = "float32"):
     """LFM2-350M's architecture: hidden 1024, 16 layers (attention at 2,5,8,10,12,14), vocab 65536."""
     from transformers import Lfm2Config

@@ -231,16 +231,11 @@ def test_every_fit_records_the_trajectories_and_anchors_it_read(tiny_prepared):
 
 def _tiny64(arch: str):
     from dflash_core.runtime.target import TargetRuntime
-    from dflash_core.testing import TinySpec, build_tiny
+    from dflash_core.testing import TinySpec, build_tiny, build_tiny_llama
 
     if arch == "lfm2":
         return TargetRuntime.from_model(build_tiny(TinySpec(pattern="CCACAC", dtype="float64")))
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2)
-    return TargetRuntime.from_model(LlamaForCausalLM(cfg).to(torch.float64).eval())
+    return TargetRuntime.from_model(build_tiny_llama("float64"))
 
 
 @pytest.mark.parametrize("arch", ["lfm2", "llama"])

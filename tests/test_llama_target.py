@@ -11,14 +11,9 @@ from dflash_core.runtime.decode import greedy, speculative
 
 
 def tiny_llama(dtype: str = "float32", **over):
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from dflash_core.testing import build_tiny_llama
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2,
-                      tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2, **over)
-    return LlamaForCausalLM(cfg).to(getattr(torch, dtype)).eval()
+    return build_tiny_llama(dtype, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2, **over)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from dflash_core.prepare.teacher import (
     teacher_data,
 )
 from dflash_core.runtime.target import TargetRuntime, batch_taps, batch_teacher
-from dflash_core.testing import TinySpec, build_tiny
+from dflash_core.testing import TinySpec, build_tiny, build_tiny_llama
 
 TAPS = (0, 2, 3)
 PROMPTS = [[5, 6, 7], [9, 8, 7], [3, 4], [11, 12, 13, 14], [7, 7], [20, 21, 22]]
@@ -44,12 +44,7 @@ def test_captured_taps_and_top_k_equal_one_forward_over_the_trajectory(rt64):
 
 
 def _tiny_llama64():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=96, hidden_size=48, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=256, initializer_range=0.2)
-    return TargetRuntime.from_model(LlamaForCausalLM(cfg).to(torch.float64).eval())
+    return TargetRuntime.from_model(build_tiny_llama("float64"))
 
 
 @pytest.mark.parametrize("arch", ["lfm2", "llama"])

@@ -148,8 +148,9 @@ def plan_training(rt, dcfg, tcfg, trajectories: list[list[int]], prompt_lens: li
     cap, rec = training_cap(budget_minutes, time.perf_counter() - t_start, proj.seconds)
     rec["fit_probe"] = proj.record()
     if rec["projected_to_fit"]:
-        log.info("prepare budget %g min: %.0f s spent, fits projected at %.0f s: training may take %.0f s",
-                 budget_minutes, rec["elapsed_before_training"], proj.seconds, cap)
+        log.info("prepare budget %g min: %.0f s spent, fits projected at %.0f s (from the fit examples of the %d probe "
+                 "trajectories above): training may take %.0f s", budget_minutes, rec["elapsed_before_training"],
+                 proj.seconds, proj.probe_trajectories, cap)
     else:
         log.warning("prepare budget %g min: %.0f s spent and fits projected at %.0f s leave no training time; "
                     "training gets its floor of %.0f s and the budget will be exceeded (raise --prepare-budget)",
