@@ -207,8 +207,8 @@ OPTIONS: tuple[Option, ...] = (
            "gets what the teacher, the fits (projected before training) and a safety share of 1/20 leave, never less "
            "than 2 minutes; 'off': no budget (the training budget and the step count alone decide)",
            type=_prepare_budget, cli="--prepare-budget",
-           default_text="auto: 30 at a vocabulary >= 16,384 (a real target), none for the mini target",
-           commands=("prepare",)),
+           default_text="auto: 30 at a vocabulary >= 16,384 (a real target), none for the mini target or with "
+           "--train-budget off", commands=("prepare",)),
     # The teacher data's size: on 2 cores the default is what a 30-minute prepare affords; with more cores or a GPU,
     # more seeds are the lever the drafter needs (docs/real-targets.md, "How accuracy grows with the teacher data").
     Option("train_seeds", "DFLASH_TRAIN_SEEDS", None, "train seeds prepare cuts from the training text, each "

@@ -25,6 +25,13 @@ def test_the_auto_budget_is_thirty_minutes_for_a_real_target_and_none_for_the_mi
     assert tb.resolve_prepare_budget(value, vocab) == want
 
 
+def test_the_auto_budget_leaves_a_training_budget_of_off_reproducible():
+    # --train-budget off promises a drafter the step count alone decides: auto adds no time limit behind its back,
+    # while a budget given on purpose still applies
+    assert tb.resolve_prepare_budget("auto", 65536, train_budget_off=True) is None
+    assert tb.resolve_prepare_budget(20.0, 65536, train_budget_off=True) == 20.0
+
+
 @pytest.mark.parametrize("bad", [0, -1.0, float("inf"), float("nan"), True, "30", "fast", [30]])
 def test_a_bad_prepare_budget_is_refused(bad):
     with pytest.raises(BadInputError, match="--prepare-budget must be 'auto', 'off' or a number of minutes > 0"):
@@ -163,3 +170,34 @@ def test_prepare_refuses_a_bad_budget_before_any_work(bad, tmp_path):
     with pytest.raises(BadInputError, match="--prepare-budget"):
         prepare("mini", home=tmp_path / "home", prepare_budget=bad)
     assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("train_budget, probed", [("auto", True), (None, False)])
+def test_at_a_real_vocabulary_auto_probes_unless_the_training_budget_is_off(tmp_path, monkeypatch, train_budget,
+                                                                            probed):
+    import dflash_core.prepare.pipeline as P
+    from dflash_core.runtime.target import TargetRuntime
+    from dflash_core.testing import TinySpec, build_tiny
+
+    class Trained(Exception):
+        pass
+
+    seen: dict = {"planned": 0}
+
+    def plan(*a, **k):
+        seen["planned"] += 1
+        return 150.0, {"budget_minutes": a[-2]}
+
+    def train(*a, **k):
+        seen["cap"] = k.get("time_cap")
+        raise Trained
+
+    monkeypatch.setattr(P, "plan_training", plan)
+    monkeypatch.setattr(P, "train_drafter", train)
+    rt = TargetRuntime.from_model(build_tiny(TinySpec(dtype="float32", pattern="CACA", vocab_size=16384,
+                                                      hidden_size=32, intermediate_size=64)))
+    cfg = tiny_prepare_config()
+    cfg = replace(cfg, train=replace(cfg.train, budget_minutes=train_budget))
+    with pytest.raises(Trained):
+        P.prepare("tiny", home=tmp_path / "home", cfg=cfg, rt=rt, progress=False)
+    assert seen == ({"planned": 1, "cap": 150.0} if probed else {"planned": 0, "cap": None})

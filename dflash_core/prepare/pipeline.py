@@ -595,7 +595,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                              anchor_embed=cfg.anchor_embed)
         sched = resolve_schedule(cfg.train, rt.vocab_size)
         budget = f", budget {sched.budget_minutes:g} min" if sched.budget_minutes else ""
-        time_cap, budget_record = None, {"budget_minutes": resolve_prepare_budget(cfg.budget_minutes, rt.vocab_size)}
+        time_cap, budget_record = None, {"budget_minutes": resolve_prepare_budget(
+            cfg.budget_minutes, rt.vocab_size, train_budget_off=cfg.train.budget_minutes is None)}
         if budget_record["budget_minutes"] is not None:  # rank 0 probes the fits' cost; every rank trains to its cap
             if lead:
                 time_cap, budget_record = plan_training(rt, dcfg, cfg.train, trajs, [len(s) for s in seeds], cfg,

@@ -45,11 +45,12 @@ SAFETY_SHARE = 0.05  # of the budget, kept back for the final evaluations, writi
 MIN_TRAIN_SECONDS = 120.0  # training never gets less, even when the teacher alone spent the budget (it says so)
 
 
-def resolve_prepare_budget(value, vocab: int) -> float | None:
+def resolve_prepare_budget(value, vocab: int, train_budget_off: bool = False) -> float | None:
     """Minutes, or None (no budget): 'auto' is PREPARE_BUDGET at a vocabulary >= LARGE_VOCAB (a real target) and
-    None for the mini target; 'off' and None are None; a number must be finite and > 0."""
+    None for the mini target, and None where the training budget is 'off' (its promise: the step count alone decides,
+    a drafter reproducible on any machine); 'off' and None are None; a number must be finite and > 0."""
     if value == "auto":
-        return PREPARE_BUDGET if vocab >= LARGE_VOCAB else None
+        return PREPARE_BUDGET if vocab >= LARGE_VOCAB and not train_budget_off else None
     if value is None or value == "off":
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
