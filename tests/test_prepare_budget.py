@@ -93,7 +93,7 @@ def test_the_fits_projection_recovers_a_known_cost_from_one_probe_group(monkeypa
 
     head, corr = fitting.head_plan(ctx), fitting.correction_plan(ctx)
     union = set(head.trajectories) | set(corr.trajectories)
-    examples = [sum(map(len, planned_anchors(ctx, fitting._request(k, p)).values()))
+    examples = [sum(map(len, planned_anchors(ctx, fitting.plan_request(k, p)).values()))
                 for k, p in ((fitting.HEAD_TOP_K, head), (fitting.CORRECTION_TOP_K, corr))]
     truth = C_T * sum(len(ctx.trajectories[i]) for i in union) + C_H * examples[0] + C_C * examples[1]
     assert examples[0] <= fitting.HEAD_TARGET_EXAMPLES and examples[1] <= fitting.CORRECTION_TARGET_EXAMPLES

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
@@ -24,12 +24,12 @@ from ..errors import BadInputError
 from ..methods import FitContext
 from ..methods.support.examples import (
     ExampleRequest,
-    anchor_positions,
     draft_example_sets,
     forward_groups,
+    planned_anchors,
     target_rows_batch,
 )
-from ..methods.support.fitting import CORRECTION_TOP_K, HEAD_TOP_K, correction_plan, head_plan
+from ..methods.support.fitting import CORRECTION_TOP_K, HEAD_TOP_K, correction_plan, head_plan, plan_request
 from ..runtime.drafter import DFlashDrafter
 from .train import LARGE_VOCAB, resolve_draft_vocab
 
@@ -72,7 +72,7 @@ class FitProjection:
     seconds: float  # the projection, FIT_OVERHEAD included
 
     def record(self) -> dict:
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
 def probe_group(lengths: Sequence[int], union: Sequence[int], vocab: int) -> list[int]:
@@ -83,8 +83,9 @@ def probe_group(lengths: Sequence[int], union: Sequence[int], vocab: int) -> lis
     return [union[g] for grp in groups if middle in grp for g in grp]
 
 
-def _anchor_count(ctx, indices: Sequence[int], stride: int) -> int:
-    return sum(len(anchor_positions(ctx, i, stride)) for i in indices)
+def _examples(ctx, req: ExampleRequest) -> int:
+    """How many examples `req` takes (`planned_anchors`: the plan's cap applied)."""
+    return sum(map(len, planned_anchors(ctx, req).values()))
 
 
 def project_fit_seconds(ctx, clock: Callable[[], float] = time.perf_counter) -> FitProjection:
@@ -94,30 +95,27 @@ def project_fit_seconds(ctx, clock: Callable[[], float] = time.perf_counter) -> 
     head, corr = head_plan(ctx), correction_plan(ctx)
     union = sorted(set(head.trajectories) | set(corr.trajectories))
     lengths = [len(t) for t in ctx.trajectories]
-    probe = probe_group(lengths, union, ctx.rt.vocab_size)
     vocab = ctx.rt.vocab_size
+    probe = probe_group(lengths, union, vocab)
     t0 = clock()
     target_rows_batch(ctx.rt, [ctx.trajectories[i] for i in probe], ctx.drafter.cfg.taps, True)
     t_target = clock() - t0
-    parts = []
+    parts, scales = [], []
     for top_k, plan in ((min(HEAD_TOP_K, vocab), head), (min(CORRECTION_TOP_K, vocab), corr)):
-        if not _anchor_count(ctx, probe, plan.stride):  # no anchor in the probe: nothing to time, nothing scaled
+        full = plan_request(top_k, plan)
+        req = replace(full, max_examples=None, trajectories=tuple(probe))  # the same set, on the probe only
+        n_probe = _examples(ctx, req)
+        if not n_probe:  # no anchor in the probe: nothing to time, nothing scaled
             parts.append(0.0)
+            scales.append(0.0)
             continue
-        req = ExampleRequest(top_k=top_k, stride=plan.stride, trajectories=tuple(probe), with_target=True)
         t0 = clock()
         draft_example_sets(ctx, [req])
         parts.append(max(0.0, clock() - t0 - t_target))  # its own target forward is the part timed above
-    planned_rows = sum(lengths[i] for i in union)
-    probe_rows = max(1, sum(lengths[i] for i in probe))
-    scale_head = _anchor_count(ctx, head.trajectories, head.stride) / max(1, _anchor_count(ctx, probe, head.stride))
-    scale_corr = _anchor_count(ctx, corr.trajectories, corr.stride) / max(1, _anchor_count(ctx, probe, corr.stride))
-    # the plans cap their examples (the last trajectory read in part): the anchor counts above are upper bounds
-    scale_head = min(scale_head, head.target / max(1, _anchor_count(ctx, probe, head.stride)))
-    scale_corr = min(scale_corr, corr.target / max(1, _anchor_count(ctx, probe, corr.stride)))
-    scale_rows = planned_rows / probe_rows
-    seconds = FIT_OVERHEAD * (t_target * scale_rows + parts[0] * scale_head + parts[1] * scale_corr)
-    return FitProjection(len(probe), t_target, parts[0], parts[1], scale_rows, scale_head, scale_corr, seconds)
+        scales.append(_examples(ctx, full) / n_probe)
+    scale_rows = sum(lengths[i] for i in union) / max(1, sum(lengths[i] for i in probe))
+    seconds = FIT_OVERHEAD * (t_target * scale_rows + parts[0] * scales[0] + parts[1] * scales[1])
+    return FitProjection(len(probe), t_target, parts[0], parts[1], scale_rows, scales[0], scales[1], seconds)
 
 
 def probe_drafter(dcfg, tcfg):

@@ -79,7 +79,8 @@ def plan_examples(ctx, target: int, max_stride: int) -> ExamplePlan:
     return ExamplePlan(spread_indices(N, n), stride, target)
 
 
-def _request(top_k: int, plan: ExamplePlan) -> ExampleRequest:
+def plan_request(top_k: int, plan: ExamplePlan) -> ExampleRequest:
+    """The examples request of a plan: its trajectories at its stride, capped at its target, with target logits."""
     return ExampleRequest(top_k=top_k, stride=plan.stride, max_examples=plan.target,
                           trajectories=tuple(plan.trajectories), with_target=True)
 
@@ -93,7 +94,7 @@ def cached_sets(ctx, wanted: Sequence[tuple[int, ExamplePlan]]) -> list[DraftExa
         if key not in ctx.cache:
             first.setdefault(key, i)  # a set asked for twice is built once
     todo = list(first.values())
-    for i, ex in zip(todo, draft_example_sets(ctx, [_request(*wanted[i]) for i in todo]) if todo else ()):
+    for i, ex in zip(todo, draft_example_sets(ctx, [plan_request(*wanted[i]) for i in todo]) if todo else ()):
         ctx.cache[keys[i]] = ex
     return [ctx.cache[key] for key in keys]
 
