@@ -119,6 +119,14 @@ def bench_widths(config) -> list[int]:
     return list(sess.bench_widths) or [sess.block_size]
 
 
+def own_width_cases(config) -> list[tuple[str, int]]:
+    """The (method, own width) cases beyond the benchmarked widths (`BenchSession.own_width_cases`): known at
+    collection only under `auto`, whose session opens at session start; given widths choose own widths among them."""
+    if given_widths(config):
+        return []
+    return list(config.stash[_early_key].own_width_cases())
+
+
 _early_key = pytest.StashKey()
 
 
@@ -129,12 +137,14 @@ def pytest_generate_tests(metafunc):
         from dflash_core.methods import method_ids, speculative_ids
 
         cases = [("normal", 0)] + [(m, w) for m in speculative_ids() for w in bench_widths(metafunc.config)]
+        cases += own_width_cases(metafunc.config)
         assert method_ids()[0] == "normal"
         metafunc.parametrize("case", cases, ids=[f"{m}-{device}-w{w}" for m, w in cases])
     if "reference" in metafunc.fixturenames:
         from dflash_core.bench.peers import REFERENCES
 
-        refs = list(REFERENCES) + [f"oracle-w{w}" for w in bench_widths(metafunc.config)]
+        widths = sorted({*bench_widths(metafunc.config), *(w for _, w in own_width_cases(metafunc.config))})
+        refs = list(REFERENCES) + [f"oracle-w{w}" for w in widths]
         metafunc.parametrize("reference", refs, ids=[f"{r}-{device}" for r in refs])
 
 

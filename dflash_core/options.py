@@ -231,7 +231,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("threads", "DFLASH_THREADS", 2, "torch CPU threads", type=int, minimum=1, maximum=MAX_THREADS,
            cli="--threads", pytest="--bench-threads", commands=RUNS, bench=True),
     # The benchmark matrix (benchmarks/conftest.py, BenchConfig).
-    Option("tokens", "DFLASH_TOKENS", 48, "benchmark tokens per prompt", type=int, minimum=0,
+    Option("tokens", "DFLASH_TOKENS", 96, "benchmark tokens per prompt", type=int, minimum=0,
            pytest="--bench-tokens", bench=True),
     Option("rounds", "DFLASH_REPEATS", 3, "timed paired rounds per case", type=int, minimum=1,
            pytest="--bench-rounds", bench=True),
@@ -242,9 +242,10 @@ OPTIONS: tuple[Option, ...] = (
            "report breaks tau and speedup down by task), checked as held out from the drafter's training text",
            type=_file_path, cli="--prompts-file", pytest="--bench-prompts-file",
            default_text="the family's shipped benchmark prompts (task-tagged)", commands=("bench",), bench=True),
-    Option("calibration_tokens", "DFLASH_CALIBRATION_TOKENS", 24, "tokens per calibration prompt", type=int,
+    Option("calibration_tokens", "DFLASH_CALIBRATION_TOKENS", 512, "tokens of each calibration prompt's greedy "
+           "continuation that the width model replays (cut into decodes of --bench-tokens)", type=int,
            minimum=1, pytest="--calibration-tokens", bench=True),
-    Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 3, "calibration prompts", type=int,
+    Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 4, "calibration prompts", type=int,
            minimum=1, pytest="--calibration-prompts", bench=True),
     Option("widths", "DFLASH_WIDTHS", "auto", "verify widths to time (each <= the drafter's block size B), or "
            "auto: dflash's best width by the cost model over the measured verify-cost curve on calibration prompts, "

@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 
 from dflash_core.bench.budget import (
+    FULL_BLOCKS,
     LADDER,
     REFERENCE_LEG_FACTOR,
     SLOWEST_METHOD_FACTOR,
     MatrixCosts,
     plan_matrix,
     projected_seconds,
+    tokens_floor,
 )
 from dflash_core.bench.config import (
     BUDGETED,
@@ -105,19 +107,37 @@ def test_the_ladder_shrinks_the_projection_at_every_step():
     assert all(a > b for a, b in zip(s, s[1:])), s
 
 
+COSTS1 = MatrixCosts(t_greedy=0.17, t_spec={1: 0.2})
+SHAPE1 = {**SHAPE, "widths": [1], "ranking_width": 1}  # width 1: the decode-length floor (8) is the ladder's least
+
+
 @pytest.mark.parametrize("k", range(len(LADDER)))
 def test_the_plan_takes_the_largest_size_that_fits(k):
     """A budget just over size k's projection chooses size k; one just under it the next smaller size."""
     p, t, r = LADDER[k]
-    need = projected_seconds(COSTS, prompts=p, tokens=t, rounds=r, **SHAPE)
-    plan = plan_matrix(COSTS, need * 1.0001, fixed={}, **SHAPE)
+    need = projected_seconds(COSTS1, prompts=p, tokens=t, rounds=r, **SHAPE1)
+    plan = plan_matrix(COSTS1, need * 1.0001, fixed={}, **SHAPE1)
     assert plan["fits"] and plan["chosen"] == {"prompt_limit": p, "tokens": t, "rounds": r}
     assert all(x["projected_seconds"] > need * 1.0001 for x in plan["tried"][:-1])
-    under = plan_matrix(COSTS, need * 0.9999, fixed={}, **SHAPE)
+    under = plan_matrix(COSTS1, need * 0.9999, fixed={}, **SHAPE1)
     if k + 1 < len(LADDER):
         assert under["fits"] and under["chosen"] == dict(zip(("prompt_limit", "tokens", "rounds"), LADDER[k + 1]))
     else:  # nothing fits: the smallest size, marked over budget
         assert not under["fits"] and under["chosen"] == {"prompt_limit": p, "tokens": t, "rounds": r}
+
+
+def test_the_budget_shrinks_prompts_and_rounds_but_never_the_decode_below_full_blocks_of_the_widest_case():
+    """A budget too small for anything: every size tried decodes at least FULL_BLOCKS full blocks of the widest case
+    (an own-width case included), so the chosen width is measured at a length where it can pay; a decode length the
+    user gave is kept as given."""
+    floor = tokens_floor([3, 7])
+    assert floor == FULL_BLOCKS * 8
+    plan = plan_matrix(COSTS, 1.0, fixed={}, **SHAPE, extra_widths=(7,))
+    assert not plan["fits"] and {x["tokens"] for x in plan["tried"]} >= {floor} and \
+        min(x["tokens"] for x in plan["tried"]) == floor and plan["chosen"]["tokens"] == floor
+    assert plan_matrix(COSTS, 1.0, fixed={"tokens": 12}, **SHAPE, extra_widths=(7,))["chosen"]["tokens"] == 12
+    more = projected_seconds(COSTS, prompts=2, tokens=32, rounds=2, **SHAPE, extra_widths=(7,))
+    assert more > projected_seconds(COSTS, prompts=2, tokens=32, rounds=2, **SHAPE)  # an own-width case is a case
 
 
 def test_the_plan_keeps_the_users_knobs_and_never_exceeds_the_ranking_rounds():

@@ -55,9 +55,9 @@ def test_every_dflash_variable_the_code_reads_is_in_the_table():
 
 def test_environment_then_default(monkeypatch):
     monkeypatch.delenv("DFLASH_TOKENS", raising=False)
-    assert env_value("tokens") == option("tokens").default == 48
+    assert env_value("tokens") == option("tokens").default == 96
     monkeypatch.setenv("DFLASH_TOKENS", "")
-    assert env_value("tokens") == 48  # empty means unset (docker-compose passes empty knobs)
+    assert env_value("tokens") == 96  # empty means unset (docker-compose passes empty knobs)
     monkeypatch.setenv("DFLASH_TOKENS", "12")
     assert env_value("tokens") == 12
     monkeypatch.setenv("DFLASH_WIDTHS", "8, 2,2")

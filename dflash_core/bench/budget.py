@@ -20,8 +20,18 @@ from dataclasses import dataclass
 # options table's defaults (the mini target's full matrix), so a machine where it fits measures what it always did;
 # the next steps shrink it by about a sixth each, so a machine just short of it loses little.
 LADDER: tuple[tuple[int, int, int], ...] = (
-    (4, 48, 3), (4, 40, 3), (4, 32, 3), (2, 48, 3), (2, 32, 3), (2, 32, 2), (2, 24, 2), (2, 16, 1), (1, 24, 1),
-    (1, 16, 1), (1, 12, 1), (1, 8, 1))
+    (4, 96, 3), (4, 80, 3), (4, 64, 3), (3, 64, 3), (2, 64, 3), (2, 48, 3), (2, 48, 2), (2, 32, 2), (2, 24, 2),
+    (2, 16, 1), (1, 24, 1), (1, 16, 1), (1, 12, 1), (1, 8, 1))
+# A decode long enough for its widest width: at least FULL_BLOCKS rounds that verify a full block (w drafts + the
+# committed token each). Why: a decode of 24 tokens ends before a 16-wide block can show what it buys, so a matrix
+# shrunk below that would measure the chosen width at a length where it cannot pay; the budget shrinks prompts and
+# rounds first and the decode length never below this floor (unless the user set --bench-tokens).
+FULL_BLOCKS = 4
+
+
+def tokens_floor(widths) -> int:
+    """The shortest decode the matrix may shrink to for these case widths (FULL_BLOCKS)."""
+    return FULL_BLOCKS * (max(widths, default=0) + 1)
 # The slowest method's speculative token against dflash's: the slowest rows of the three-model table sat at 0.79
 # of dflash (jump_mobs, fused_jump; docs/performance.md §13), so pricing every method's leg at dflash's cost x 1.3
 # keeps the projection an upper bound for them too.
@@ -57,7 +67,8 @@ def leg_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, spec_factor: f
 
 
 def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: int, rank_rounds: int,
-                      methods: int, widths: list[int], ranking_width: int, references: int) -> float:
+                      methods: int, widths: list[int], ranking_width: int, references: int,
+                      extra_widths: tuple[int, ...] = ()) -> float:
     """Seconds the matrix (greedy references, cases, base rounds, ranking rounds, reference rows, the verify-cost
     curve) should take.
 
@@ -65,31 +76,36 @@ def projected_seconds(costs: MatrixCosts, *, prompts: int, tokens: int, rounds: 
     activity decode (`ACTIVITY_LEGS`); each ranking round
     dflash and the method (`schedule.run_ranking`), topping the ranking width's cases up to `rank_rounds`; the
     normal case runs two greedy legs a round; a reference row runs its peer and greedy (`peers.measure_reference`).
-    Every leg prefills its prompts (at 1 prompt x 16 tokens on the 350M, ~15 % of a leg)."""
+    Every leg prefills its prompts (at 1 prompt x 16 tokens on the 350M, ~15 % of a leg). `extra_widths`: one
+    entry per case beyond methods x widths (a method at its own width), each run like the others.
+    """
     greedy, spec = leg_seconds(costs, prompts=prompts, tokens=tokens, spec_factor=SLOWEST_METHOD_FACTOR)
     total = greedy + rounds * 2 * greedy  # the greedy references, then the normal case
-    total += sum(methods * (rounds * (greedy + 2 * spec[w]) + ACTIVITY_LEGS * spec[w]) for w in widths)
+    case = {w: rounds * (greedy + 2 * spec[w]) + ACTIVITY_LEGS * spec[w] for w in spec}
+    total += sum(methods * case[w] for w in widths) + sum(case[w] for w in extra_widths)
     total += methods * max(0, rank_rounds - rounds) * 2 * spec[ranking_width]
     total += references * rounds * greedy * (1 + REFERENCE_LEG_FACTOR)
     return total + costs.t_fixed
 
 
 def plan_matrix(costs: MatrixCosts, budget_s: float, *, fixed: dict, rank_rounds: int, methods: int,
-                widths: list[int], ranking_width: int, references: int, caps: dict | None = None) -> dict:
+                widths: list[int], ranking_width: int, references: int, caps: dict | None = None,
+                extra_widths: tuple[int, ...] = ()) -> dict:
     """The largest size of `LADDER` whose projection fits `budget_s`, with the knobs in `fixed` (the user's:
     prompt_limit, tokens, rounds) kept as given and the others never above `caps` (the configured values: the
     budget only shrinks a matrix, so a small configured one stays as it is); when none fits, the smallest, marked
     `fits: False`. Returns the chosen knobs and the projection of every size tried (recorded in the report's
-    settings)."""
+    settings). The decode length never shrinks below `tokens_floor` of the case widths (nor above its cap)."""
     tried = []
     seen = set()
     caps = caps or {}
+    floor = tokens_floor([*widths, *extra_widths])
 
     def pick(name: str, step: int) -> int:
         return fixed[name] if name in fixed else min(step, caps.get(name, step))
 
     for p, t, r in LADDER:
-        size = {"prompt_limit": pick("prompt_limit", p), "tokens": pick("tokens", t),
+        size = {"prompt_limit": pick("prompt_limit", p), "tokens": pick("tokens", max(t, floor)),
                 "rounds": pick("rounds", min(r, rank_rounds))}
         key = tuple(size.values())
         if key in seen:
@@ -97,7 +113,7 @@ def plan_matrix(costs: MatrixCosts, budget_s: float, *, fixed: dict, rank_rounds
         seen.add(key)
         s = projected_seconds(costs, prompts=size["prompt_limit"], tokens=size["tokens"], rounds=size["rounds"],
                               rank_rounds=rank_rounds, methods=methods, widths=widths, ranking_width=ranking_width,
-                              references=references)
+                              references=references, extra_widths=tuple(extra_widths))
         tried.append({**size, "projected_seconds": round(s, 1)})
         if s <= budget_s:
             return {"chosen": size, "fits": True, "budget_seconds": round(budget_s, 1), "tried": tried}

@@ -73,10 +73,13 @@ class Trial:
                 "mean_guidance_work": statistics.fmean(self.guidance) if self.guidance else 0.0}
 
 
-def summarize_trials(trials: Sequence[Trial], costs: ComponentCosts, timed: bool = True) -> list[dict]:
-    """The table: each trial priced by the cost model (`timed=False`: `costs` used whole, an injected table)."""
-    shared = pooled_costs([tm for t in trials for tm in t.timers]) if timed else None
-    return [t.summary(costs, shared) for t in trials]
+def summarize_trials(trials: Sequence[Trial], costs: ComponentCosts, timed: bool = True,
+                     drafter: ProposerCosts | None = None) -> list[dict]:
+    """The table: each trial priced by the cost model (`timed=False`: `costs` used whole, an injected table).
+    `drafter`: the drafter's draft/observe/begin seconds timed elsewhere (a replayed decode reads cached blocks, so
+    its own draft timings are not the drafter's); each trial keeps its own selection seconds."""
+    shared = drafter if drafter is not None else pooled_costs([tm for t in trials for tm in t.timers])
+    return [t.summary(costs, shared if timed else None) for t in trials]
 
 
 def setting_key(setting: dict) -> str:
@@ -135,7 +138,7 @@ def _record(table: list[dict], prompts: int, tokens: int, repeats: int, width: i
 def calibrate(rt, prompts: Sequence[Sequence[int]], tokens: int, settings: Sequence[dict],
               make_proposer: Callable[[dict], Any], width: int, *, repeats: int = 1, warmup: bool = True,
               costs: ComponentCosts | None = None, refs: Sequence[Sequence[int]] | None = None,
-              timed: bool = True) -> dict:
+              timed: bool = True, drafter: ProposerCosts | None = None) -> dict:
     """Decode every calibration prompt with every setting `repeats` times (order rotated) and choose by the
     cost-model speedup (module docstring).
 
@@ -143,17 +146,21 @@ def calibrate(rt, prompts: Sequence[Sequence[int]], tokens: int, settings: Seque
     costs (measured here when None); `refs` the prompts' greedy outputs (computed when None). With
     `timed=False` the proposer costs in `costs` are used as given (an injected cost table) instead of timed.
     Returns {"selected": setting, "table": [summary...], "protocol": {...}}; raises if no setting is exact.
+    `rt` may be a `bench.replay.ReplayRuntime` (the width model's decodes) with the drafter's costs timed
+    elsewhere (`drafter`, see `summarize_trials`).
     """
     prompts = [list(p) for p in prompts]
     refs = [list(r) for r in refs] if refs is not None else [greedy(rt, p, tokens)[0] for p in prompts]
     cost = calibration_costs(rt, prompts, width, costs)
     trials = run_trials(rt, prompts, refs, tokens, settings, make_proposer, width, repeats=repeats, warmup=warmup)
-    return _record(summarize_trials(trials, cost, timed), len(prompts), tokens, repeats, width, cost)
+    return _record(summarize_trials(trials, cost, timed, drafter), len(prompts), tokens, repeats, width, cost)
 
 
 def _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family: str | None, purpose: str) -> None:
     """Held-out discipline: calibration prompts, as text or as the decoded ids, may share no n-gram with a
-    benchmark prompt (the one guard, `heldout`, via `data.refuse_benchmark`)."""
+    benchmark prompt (the one guard, `heldout`, via `data.refuse_benchmark`). A replayed decode's prompt holds the
+    target's own continuation, which the width model checks itself (`store.data.clean_segments`): the caller
+    passes the calibration prompts' ids here instead (`held_out_ids`)."""
     fam = family or prepared.manifest.get("seeds", {}).get("family") or ("code" if rt.name == "mini" else "english")
     if prompt_texts is not None:
         refuse_benchmark(list(prompt_texts), fam, purpose)
@@ -163,7 +170,8 @@ def _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family: s
 
 def successive_halving(rt, prompts, tokens: int, settings: Sequence[dict], make_proposer, width: int, *,
                        repeats: int = 1, stage1_prompts: int = 2, keep: int = 4, costs: ComponentCosts | None = None,
-                       refs: Sequence[Sequence[int]] | None = None, timed: bool = True) -> dict:
+                       refs: Sequence[Sequence[int]] | None = None, timed: bool = True,
+                       drafter: ProposerCosts | None = None, warmup: bool = True) -> dict:
     """Stage 1: every setting on the first <= `stage1_prompts` prompts; the `keep` best exact settings
     (cost-model speedup, then tokens per target call, then less guidance work, then grid order) go to stage 2
     on all prompts, where the harness chooses (costmodel.choose). Stage 2 decodes only the prompts stage 1 did
@@ -172,8 +180,9 @@ def successive_halving(rt, prompts, tokens: int, settings: Sequence[dict], make_
     first = prompts[:max(1, min(stage1_prompts, len(prompts)))]
     refs = [list(r) for r in refs] if refs is not None else [greedy(rt, p, tokens)[0] for p in prompts]
     costs = calibration_costs(rt, prompts, width, costs)
-    t1 = run_trials(rt, first, refs[:len(first)], tokens, settings, make_proposer, width, repeats=repeats)
-    rows = summarize_trials(t1, costs, timed)
+    t1 = run_trials(rt, first, refs[:len(first)], tokens, settings, make_proposer, width, repeats=repeats,
+                    warmup=warmup)
+    rows = summarize_trials(t1, costs, timed, drafter)
     st1 = _record(rows, len(first), tokens, repeats, width, costs)
     ranked = sorted((i for i, r in enumerate(rows) if r["all_exact"]),
                     key=lambda i: (-rows[i]["model_speedup"], -rows[i]["tokens_per_target_call"],
@@ -186,7 +195,7 @@ def successive_halving(rt, prompts, tokens: int, settings: Sequence[dict], make_
     t2 = run_trials(rt, rest, refs[len(first):], tokens, survivors, make_proposer, width, repeats=repeats,
                     warmup=False) if rest else [Trial(dict(s), setting_key(s)) for s in survivors]
     merged = [t1[i].merged(t) for i, t in zip(keep_i, t2)]
-    st2 = _record(summarize_trials(merged, costs, timed), len(prompts), tokens, repeats, width, costs)
+    st2 = _record(summarize_trials(merged, costs, timed, drafter), len(prompts), tokens, repeats, width, costs)
     full = len(settings) * len(prompts) * repeats
     halved = len(settings) * len(first) * repeats + len(survivors) * len(prompts) * repeats
     plan = {"total_configs": len(settings), "stage1_prompts": len(first), "stage2_prompts": len(prompts),
@@ -201,7 +210,7 @@ def successive_halving(rt, prompts, tokens: int, settings: Sequence[dict], make_
 
 def calibrate_method(rt, prepared, method_id: str, prompts_ids, tokens: int, width: int, *, repeats: int = 1,
                      grid: dict | None = None, prompt_texts=None, family: str | None = None,
-                     stage1_prompts: int | None = None, **kw: Any) -> dict:
+                     stage1_prompts: int | None = None, held_out_ids=None, **kw: Any) -> dict:
     """Calibrate a registered method as its registry entry says (`methods.base.Calibration`): its grid (or
     `grid`, axis -> values, for a smaller search in tests) searched by the cost-model speedup, every setting on
     every prompt (`calibrate`) or by successive halving; `kw` as for `calibrate` (costs, refs, timed).
@@ -216,15 +225,18 @@ def calibrate_method(rt, prepared, method_id: str, prompts_ids, tokens: int, wid
     if grid is not None:
         cal = Calibration(grid={k: tuple(v) for k, v in grid.items()}, search=cal.search,
                           stage1_prompts=cal.stage1_prompts, keep=cal.keep)
-    _refuse_benchmark_prompts(rt, prepared, prompts_ids, prompt_texts, family, f"{method_id} calibration")
+    _refuse_benchmark_prompts(rt, prepared, prompts_ids if held_out_ids is None else held_out_ids, prompt_texts,
+                              family, f"{method_id} calibration")
     ids = [list(p) for p in prompts_ids]
 
     def build(setting: dict):
         return info.build(rt, prepared, **setting)
 
     if cal.search == "halving":
+        # stage 1 on a quarter of the decodes at least: the replay gives many short decodes where the prompts gave few
+        first = stage1_prompts or max(cal.stage1_prompts, len(ids) // 4)
         out = successive_halving(rt, ids, tokens, cal.settings(), build, width, repeats=repeats,
-                                 stage1_prompts=stage1_prompts or cal.stage1_prompts, keep=cal.keep, **kw)
+                                 stage1_prompts=first, keep=cal.keep, **kw)
     else:
         out = calibrate(rt, ids, tokens, cal.settings(), build, width, repeats=repeats, **kw)
     return {**out, "selected_options": dict(out["selected"])}

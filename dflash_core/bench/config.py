@@ -22,7 +22,8 @@ REAL_TARGET_PARAMETERS = 100_000_000
 # (bench.activity), and the ranking ranks ratios against it (report.ranking).
 BASELINE = "dflash"
 # rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (stats/summary.MIN_LABELLED_N)
-REAL_TARGET_DEFAULTS = {"calibration_tokens": 16, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1}
+REAL_TARGET_DEFAULTS = {"calibration_tokens": 128, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1,
+                        "curve_tokens": 16}
 # What bench.budget.plan_matrix chooses under `--bench-size auto` (each unless the user set it; never above the
 # value it had: the budget only shrinks the matrix).
 BUDGETED = ("prompt_limit", "tokens", "rounds")
@@ -72,6 +73,7 @@ class BenchConfig:
     calibration_tokens: int = _default("calibration_tokens")
     calibration_prompt_limit: int = _default("calibration_prompt_limit")
     calibration_repeats: int = 1  # decodes per (setting, prompt): the cost-model objective needs one
+    curve_tokens: int = 24  # tokens of each real dflash decode per width that times the in-loop verify curve
     calibration_widths: tuple[int, ...] = ()  # widths calibrated (each its own choice); (): the block size B
     threads: int = _default("threads")
     seed: int = _default("seed")
@@ -102,7 +104,7 @@ class BenchConfig:
         if not self.smoke:
             return self
         return replace(self, tokens=8, prompt_limit=1, rounds=1, rank_rounds=min(self.rank_rounds, 4),
-                       calibration_tokens=8, calibration_prompt_limit=1,
+                       calibration_tokens=8, calibration_prompt_limit=1, curve_tokens=8,
                        calibration_repeats=1, calibration_widths=tuple(self.calibration_widths))
 
     def sized_for(self, parameters: int | None) -> "BenchConfig":

@@ -17,7 +17,15 @@ from ..runtime.target import load_target
 from ..store.data import check_disjoint, load_prompts
 from ..store.prompt_file import read_prompt_file
 from .budget import LADDER, MatrixCosts, plan_matrix
-from .calibration import auto_widths, calibrate_all, calibration_context, dflash_table, ranking_width
+from .calibration import (
+    auto_widths,
+    calibrate_all,
+    calibrate_own_widths,
+    calibration_context,
+    dflash_table,
+    method_widths,
+    ranking_width,
+)
 from .config import BUDGETED, BenchConfig, check_widths_fit
 from .peers import REFERENCES, VERIFY_CURVE_CALLS
 from .reuse import apply_reused, load_reused
@@ -77,6 +85,10 @@ def _open(cfg: BenchConfig) -> BenchSession:
         sess.ranking_width = ranking_width(sess, sess.calibration_widths(), ctx)
     if cfg.tune or any(m.id not in sess.width_options for m in calibrated()):
         calibrate_all(sess, cal_texts, ctx)
+    if not cfg.smoke:  # each method's own width (the smoke run measures the block size alone)
+        auto = sess.choice_source == "auto"
+        method_widths(sess, ctx, auto)
+        calibrate_own_widths(sess, cal_texts, ctx)
     if cfg.budgeted_size:  # the matrix's size from what calibration measured, in what is left of the budget
         lens = [len(rt.encode(p)) for p in bench_prompts[:max(p for p, _, _ in LADDER)]]
         sess.size_plan = ({"chosen": reused.size, "reused_from": reused.source} if reused and reused.size else
@@ -99,13 +111,15 @@ def size_matrix(sess: BenchSession, ctx: dict, budget_s: float, prompt_lens: lis
     does not cover, e.g. widths given or reused), a prefill row and the verify-cost curve priced on the verify
     curve; `prompt_lens`: the benchmark prompts' lengths in order."""
     widths = sess.calibration_widths() or [sess.block_size]
+    extra = tuple(w for _, w in sess.own_width_cases())
     rows = {r["width"]: r for r in (sess.width_choice or {}).get("table", [])}
-    missing = [w for w in widths if w not in rows]
+    missing = [w for w in sorted({*widths, *extra}) if w not in rows]
     rows.update({r["setting"]["width"]: {"model_speedup": r["model_speedup"]}
                  for r in (dflash_table(sess, missing, ctx) if missing else [])})
     cc, B = sess.calibration_costs, sess.block_size
     t = float(cc.t_decode)
-    costs = MatrixCosts(t_greedy=t, t_spec={w: t / max(float(rows[w]["model_speedup"]), 1e-6) for w in widths},
+    costs = MatrixCosts(t_greedy=t, t_spec={w: t / max(float(rows[w]["model_speedup"]), 1e-6)
+                                            for w in sorted({*widths, *extra})},
                         t_row=float(cc.t_verify[B]) / (B + 1), prompt_lens=tuple(prompt_lens),
                         t_fixed=VERIFY_CURVE_CALLS * float(sum(cc.t_verify[1:B + 1])))
     sess.matrix_costs = costs
@@ -113,7 +127,8 @@ def size_matrix(sess: BenchSession, ctx: dict, budget_s: float, prompt_lens: lis
     plan = plan_matrix(costs, budget_s, fixed={k: getattr(c, k) for k in BUDGETED if k in c.explicit},
                        caps={k: getattr(c, k) for k in BUDGETED}, rank_rounds=c.rank_rounds,
                        methods=len(speculative_ids()), widths=widths, ranking_width=sess.ranking_width,
-                       references=(len(REFERENCES) + len(widths)) if c.peer_rows else 0)
+                       references=(len(REFERENCES) + len({*widths, *extra})) if c.peer_rows else 0,
+                       extra_widths=extra)
     ch = plan["chosen"]
     (log.info if plan["fits"] else log.warning)(
         "benchmark matrix sized to the %.1f min left of --bench-budget %s: %d prompt(s) x %d tokens, %d base "

@@ -44,6 +44,8 @@ class BenchSession:
     width_options: dict = field(default_factory=dict)  # method -> {width: options calibrated at that width}
     choice_source: str = "auto"  # where the widths and options came from: auto, given, smoke or reused (chosen)
     calibration_costs: Any = None  # costmodel.ComponentCosts timed in the loop on calibration prompts
+    drafter_costs: Any = None  # costmodel.ProposerCosts: the drafter's seconds on the same real decodes
+    method_widths: dict = field(default_factory=dict)  # method -> {"selected": its own width, "table": per width}
     size_plan: dict | None = None  # the matrix size chosen to fit the budget (size_matrix)
     matrix_costs: Any = None  # bench.budget.MatrixCosts that size_matrix priced it on (the progress line's weights)
     prompt_tasks: list[str] = field(default_factory=list)  # each benchmark prompt's task family (same order)
@@ -77,6 +79,21 @@ class BenchSession:
         ws = sorted({int(w) for w in given if 1 <= int(w) <= self.block_size})
         return ws or [self.block_size]
 
+    def own_width(self, method: str) -> int | None:
+        """The method's own width (`calibration.method_widths`), None before it was chosen."""
+        return (self.method_widths.get(method) or {}).get("selected")
+
+    def own_width_cases(self) -> list[tuple[str, int]]:
+        """The cases a method's own width adds to the matrix: (method, its own width) where that width is not one of
+        the benchmarked widths every method runs at."""
+        shared = set(self.calibration_widths())
+        return [(m, int(self.own_width(m))) for m in self.method_widths if self.own_width(m) is not None
+                and self.own_width(m) not in shared]
+
+    def case_widths(self) -> list[int]:
+        """Every width a speculative case will run at: the benchmarked widths and the own widths they add."""
+        return sorted({*self.calibration_widths(), *(w for _, w in self.own_width_cases())})
+
     def widths(self) -> list[int]:
         """Every width a case was measured at (0 for normal), ascending."""
         return sorted({w for ws in self.cases.values() for w in ws})
@@ -92,6 +109,7 @@ class BenchSession:
         """The widths and calibrated options this run chose (or reused), as `--calibration-from` reads them back:
         a later run that reuses them measures the same cases, which the gate and pooling require (report.match)."""
         return {"widths": self.calibration_widths(), "source": self.choice_source, "ranking_width": self.ranking_width,
+                "method_widths": {m: int(r["selected"]) for m, r in self.method_widths.items()},
                 "options": {mid: {str(w): dict(o) for w, o in per.items()} for mid, per in self.width_options.items()}}
 
     def cost_model_section(self) -> dict:
@@ -107,7 +125,8 @@ class BenchSession:
         return {
             "settings": {**self.cfg.to_dict(), "widths": self.widths(), "block_size": self.block_size,
                          "base_rounds_schedule": self.passes, "width_choice": self.width_choice,
-                         "ranking_width": self.ranking_width, "chosen": self.chosen(), "size_plan": self.size_plan},
+                         "ranking_width": self.ranking_width, "chosen": self.chosen(), "size_plan": self.size_plan,
+                         "method_widths": self.method_widths},
             "target": {**target_identity(self.rt), "dtype": str(self.rt.dtype).replace("torch.", ""),
                        "kernels": self.rt.kernels, "source": self.rt.source,
                        "kernel_layouts": (getattr(self.rt, "info", None) or {}).get("kernel_layouts"),

@@ -26,6 +26,7 @@ from .costs import apply_cost_model
 from .goals import goals
 from .headline import headline
 from .match import different_prompts, require_same_setup, saved_setup
+from .operating import operating_points, own_widths
 from .ranking import build_ranking
 
 SCHEMA = "dflash-mini-lab/benchmark"
@@ -366,15 +367,19 @@ def _runs(docs: list[dict], sources: list[str]) -> list[dict]:
              "model_sha256": identity_hash(model_identity(d))} for d, s in zip(docs, sources)]
 
 
-def _best(m: dict, tuned: dict, mid: str) -> dict:
-    """The shown width: the one chosen on calibration prompts when `--tune` chose one, else the maximum of the
-    benchmark medians, labelled post-hoc (a choice made on the benchmark data it is reported on)."""
+def _best(m: dict, tuned: dict, mid: str, own: dict | None = None) -> dict:
+    """The shown width: the one chosen on calibration prompts when `--tune` chose one, else the method's own width
+    (the width model's choice on calibration decodes, `settings.method_widths`) when it was measured, else the
+    maximum of the benchmark medians, labelled post-hoc (a choice made on the benchmark data it is reported on)."""
     rows = m["rows"]
     tw = tuned.get(mid)
     if isinstance(tw, dict):  # the bench writes {"selected": width, "table": ..., "objective": ...}
         tw = tw.get("selected")
+    ow = (own or {}).get(mid)
     if isinstance(tw, int) and not isinstance(tw, bool) and str(tw) in rows:
         w, selection = str(tw), "calibration"
+    elif ow is not None and str(ow) in rows:
+        w, selection = str(ow), "own width"
     else:
         w = max(rows, key=lambda k: (rows[k]["speedup"], -int(k)))
         selection = "post-hoc" if len(rows) > 1 else "only width"
@@ -454,12 +459,13 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         methods.setdefault(mid, {"rows": {}})["rows"][w] = _pool_rows(rows)
     lab_settings = lab.get("settings") if isinstance(lab.get("settings"), dict) else {}
     costs = apply_cost_model(methods, lab_settings, curves)
+    own = own_widths(lab_settings)
     for mid, m in methods.items():
         meta = info.get(mid) if isinstance(info.get(mid), dict) else {}
         m.update({k: meta.get(k) for k in ("index", "label", "mechanism", "complexity", "stages")})
         if not _is_int(m["index"]):
             m["index"] = 0
-        m["best"] = _best(m, tuned, mid)
+        m["best"] = _best(m, tuned, mid, own)
         m["activity"] = method_activity(mid, m["rows"], meta.get("why_inactive"))
         m["exact"] = all(r["exact"] for r in m["rows"].values())
     base_rows = (methods.get("dflash") or {}).get("rows") or {}
@@ -504,6 +510,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "ranking_rounds": lab.get("ranking_rounds") if isinstance(lab.get("ranking_rounds"), dict) else None,
         "cost_model": ({**section("cost_model"), "fit": costs["cost_fit"]}
                        if section("cost_model") or costs["cost_fit"] else None), "limitations": limitations,
+        "operating_points": operating_points(methods, lab_settings),
     }
     doc["goals"] = goals(doc)
     doc["headline"] = headline(doc)

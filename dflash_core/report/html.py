@@ -485,6 +485,34 @@ def _width_table(doc: dict) -> str:
     return f"<table id=width-table><tr><th>method</th>{head}</tr>{''.join(rows)}</table>"
 
 
+def operating_table(doc: dict) -> str:
+    """Each method at its own width (the width model's choice on calibration decodes) with what the model predicted
+    there beside what was measured, and the model's dflash prediction at every measured width."""
+    op = doc.get("operating_points") if isinstance(doc.get("operating_points"), dict) else {}
+    ms = op.get("methods") if isinstance(op.get("methods"), dict) else {}
+    if not ms:
+        return "<p class=muted>No own widths in this run (given widths, a smoke run, or a run before the width model).</p>"
+    rows = "".join(
+        f"<tr><td>{_e(mid)}</td><td>{_e(r.get('width'))}</td><td>{_f(r.get('predicted_tokens_per_target_call'), 2)}</td>"
+        f"<td>{_x(r.get('model_speedup'), 2)}</td><td>{_f(r.get('measured_tokens_per_target_call'), 2)}</td>"
+        f"<td>{_x(r.get('measured_speedup'), 2)}</td></tr>" for mid, r in ms.items() if isinstance(r, dict))
+    pred = [p for p in op.get("dflash_prediction") or [] if isinstance(p, dict)]
+    tol = op.get("tolerance")
+    fit = ("; ".join(f"w{_e(p.get('width'))}: predicted {_f(p.get('predicted'), 2)}, measured {_f(p.get('measured'), 2)} "
+                     f"({_pct(p.get('error'))})" for p in pred))
+    verdict = "" if op.get("within") is None else (
+        f" — {'within' if op['within'] else 'NOT within'} ±{_pct(tol)} at every measured width" if tol else "")
+    wm = ((doc.get("settings") or {}).get("width_choice") or {}).get("width_model") or {}
+    read = (f"The width model replayed {_e(wm.get('decodes'))} calibration decodes of {_e(wm.get('decode_tokens'))} "
+            f"tokens ({_e(wm.get('tokens'))} tokens, {_e(wm.get('dropped_held_out', 0))} dropped by the held-out guard) "
+            "without the target; " if isinstance(wm, dict) and wm else "")
+    return (f"<p class=muted>{read}each method's own width is its best cost-model speedup there (predicted tokens per "
+            "target call and modelled speedup over the in-loop verify curve); measured: this run's benchmark prompts at "
+            f"that width. dflash's tokens per target call, predicted vs measured: {fit or '–'}{verdict}.</p>"
+            "<table id=operating-table><tr><th>method</th><th>own width</th><th>τ predicted</th><th>model speedup</th>"
+            f"<th>τ measured</th><th>speedup measured</th></tr>{rows}</table>")
+
+
 def task_table(doc: dict) -> str:
     """Speedup and tau per task family of the benchmark prompts, each method at its shown width (Spec-Bench's
     breakdown). No interval: a family has one or two prompts, so a cell is a breakdown of the ranking's rounds,
@@ -701,6 +729,7 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
 <h2>Ranking (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
+<h2>Operating points (each method at its own width)</h2>{operating_table(doc)}
 <h2>By task family (width shown per method)</h2>{task_table(doc)}
 {_figures(doc)}
 <h2>Reference rows (same run)</h2>{_refs_table(doc)}

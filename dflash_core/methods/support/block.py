@@ -28,7 +28,9 @@ class BlockProposer:
         self.state: DraftState | None = None
 
     def begin(self, prompt: list[int], hidden: Any) -> None:
-        self.state = DraftState(self.drafter)
+        # A replayed decode (bench.replay: the width model) hands out the trajectory's cached blocks instead.
+        replay = getattr(self.rt, "draft_state", None)
+        self.state = (replay(self.drafter, prompt) if replay is not None else None) or DraftState(self.drafter)
         self.state.extend(hidden)
 
     def observe(self, hidden: Any) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ...errors import BadInputError
-from ..heldout import NO_TEXT_REASON, HeldOut, check_clean, decoder_of, held_out
+from ..heldout import NO_TEXT_REASON, HeldOut, check_clean, decoder_of, filter_clean, held_out
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,16 @@ def refuse_benchmark(prompts, family: str, purpose: str) -> None:
     check_clean(list(prompts), held_out(load_prompts(family).benchmark), f"{purpose} (benchmark prompts are held out)",
                 names=[f"prompt {p!r}" for p in prompts],
                 fix="use the calibration or train prompts, never a benchmark prompt or a variant of one")
+
+
+def clean_segments(rt, seqs: Sequence[Sequence[int]], family: str) -> tuple[list[int], list[int]]:
+    """(kept, dropped) indexes of generated token sequences (the width model's calibration decodes) by the held-out
+    guard against the family's benchmark prompts: generated text is dropped where it leaks, never refused (the
+    target wrote it, not the user). All kept when the target has no tokenizer (nothing to compare as text)."""
+    decode = decoder_of(rt)
+    if decode is None:
+        return list(range(len(seqs))), []
+    return filter_clean([decode(list(s)) for s in seqs], held_out(load_prompts(family).benchmark))
 
 
 def check_sequences(rt, seqs: Sequence[Sequence[int]], consumer: str, held: HeldOut | None = None,
