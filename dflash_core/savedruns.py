@@ -70,6 +70,7 @@ class Reused:
     options: dict  # method -> {width: {option: value}}
     ranking_width: int | None = None  # the width the run ranked at (settings.chosen), one of `widths`
     size: dict | None = None  # a real target's budgeted matrix size (settings.size_plan.chosen), reused whole
+    method_widths: dict | None = None  # method -> its own width (settings.chosen.method_widths), None: none recorded
 
 
 def resolve_source(text: str, storage: str | Path = ".benchmarks") -> Path:
@@ -109,6 +110,20 @@ def _widths(ws: Any, where: str) -> tuple[int, ...]:
         if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WIDTH:
             raise _refuse(where, f"holds {str(w)[:40]!r}, not a verify width (an integer 1..{MAX_WIDTH})")
     return tuple(sorted(set(ws)))
+
+
+def _method_widths(doc: Any, where: str) -> dict | None:
+    """{method: its own width} (a run's `chosen.method_widths`), every field checked; None when absent."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or len(doc) > MAX_METHODS:
+        raise _refuse(where, f"must be an object of at most {MAX_METHODS} methods")
+    for mid, w in doc.items():
+        if not isinstance(mid, str) or not METHOD_RE.match(mid):
+            raise _refuse(where, f"names {str(mid)[:40]!r}, not a method id")
+        if isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= MAX_WIDTH:
+            raise _refuse(f"{where}.{mid}", f"is {str(w)[:40]!r}, not a verify width (an integer 1..{MAX_WIDTH})")
+    return dict(doc)
 
 
 def _options(doc: Any, where: str, widths: tuple[int, ...]) -> dict:
@@ -195,11 +210,14 @@ def read_source(path: Path) -> Reused:
         if not isinstance(chosen, dict):
             raise _refuse(f"{where}: settings.chosen", "must be an object")
         widths = _widths(chosen.get("widths"), f"{where}: settings.chosen.widths")
-        options = _options(chosen.get("options", {}), f"{where}: settings.chosen.options", widths)
+        own = _method_widths(chosen.get("method_widths"), f"{where}: settings.chosen.method_widths")
+        options = _options(chosen.get("options", {}), f"{where}: settings.chosen.options",
+                           tuple(sorted({*widths, *(own or {}).values()})))
         rw = chosen.get("ranking_width")
         if rw is not None and (isinstance(rw, bool) or not isinstance(rw, int) or rw not in widths):
             raise _refuse(f"{where}: settings.chosen.ranking_width", f"is {str(rw)[:20]!r}, not one of its widths")
-        return Reused(where, widths, options, rw, _size(settings.get("size_plan"), f"{where}: settings.size_plan"))
+        return Reused(where, widths, options, rw, _size(settings.get("size_plan"), f"{where}: settings.size_plan"),
+                      own)
     widths, options = _from_rows(rows, where)
     return Reused(where, widths, options)
 

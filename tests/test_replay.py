@@ -117,3 +117,36 @@ def test_a_replay_refuses_a_block_that_leaves_the_trajectory_and_a_prompt_it_doe
     sess.prefill(list(trajs[0].prompt))
     with pytest.raises(ValueError, match="next committed token"):
         sess.verify([trajs[0].tokens[0] + 1])
+
+
+def _fake_session(tiny_prepared, verify):
+    from types import SimpleNamespace
+
+    from dflash_core.bench.costmodel import ComponentCosts, ProposerCosts
+
+    B = tiny_prepared.prepared.drafter.cfg.block_size
+    costs = ComponentCosts(t_decode=1.0, t_verify=tuple(verify(k) for k in range(B + 1)))
+    return SimpleNamespace(prepared=tiny_prepared.prepared, calibration_costs=costs, block_size=B,
+                           drafter_costs=ProposerCosts(t_draft=0.05), options_for=lambda m, w: {})
+
+
+def test_the_width_model_chooses_wide_where_a_verify_is_free_and_narrow_where_each_row_costs_a_step(
+        tiny_prepared, trajs):
+    """Injected target costs: a verify that costs one decode step whatever its width (a GPU, the mini on CPU)
+    chooses a width at least as wide as one whose every row costs a step (a real target on 2 cores), which can only
+    lose by drafting more than one token, so it chooses width 1."""
+    from dflash_core.bench.calibration import width_rows
+    from dflash_core.bench.costmodel import choose
+
+    segs = segments(trajs, 12)
+    replay = ReplayRuntime(tiny_prepared.rt, segs)
+    ctx = {"rt": replay, "ids": [list(s.prompt) for s in segs], "refs": [list(s.tokens) for s in segs], "tokens": 12}
+    B = tiny_prepared.prepared.drafter.cfg.block_size
+    widths = list(range(1, B + 1))
+    chosen = {}
+    for name, verify in (("flat", lambda k: 1.0), ("steep", lambda k: 1.0 + k)):
+        rows = width_rows(_fake_session(tiny_prepared, verify), "dflash", widths, ctx)
+        chosen[name] = rows[choose(rows)]["setting"]["width"]
+        taus = [r["tokens_per_target_call"] for r in rows]
+        assert all(b >= a - 1e-9 for a, b in zip(taus, taus[1:])), taus  # dflash: a wider block never accepts less
+    assert chosen["steep"] == 1 and chosen["flat"] >= chosen["steep"], chosen

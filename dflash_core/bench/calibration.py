@@ -268,7 +268,8 @@ def method_widths(sess: BenchSession, ctx: dict, auto: bool) -> dict:
     `sess.method_widths` (benchmark.json `settings.method_widths`), as the seed study records each method's own
     verification length. dflash's row comes from `auto_widths` when it ran (every width 1..B)."""
     cands = own_width_candidates(sess, auto)
-    todo = [m for m in speculative_ids() if m not in sess.method_widths or not auto]
+    todo = [m for m in speculative_ids() if not (sess.method_widths.get(m) or {}).get("reused_from")
+            and (m not in sess.method_widths or not auto)]
     bar = Progress(f"own widths: {len(todo)} methods x {len(cands)} widths on the replay", len(todo), log)
     for mid in todo:
         rows = width_rows(sess, mid, cands, ctx, note=f" ({mid})")

@@ -40,7 +40,11 @@ def check_registry(reused: Reused) -> Reused:
             except BadInputError as exc:
                 raise BadInputError(f"{reused.source}: {mid} at width {w}: {exc}") from None
         kept[mid] = per
-    return Reused(reused.source, reused.widths, kept, reused.ranking_width, reused.size)
+    for mid in reused.method_widths or {}:
+        if mid not in METHODS:
+            raise BadInputError(f"{reused.source}: unknown method {mid!r} in its own widths (a run of another lab "
+                                "version?): pass a run of this version, or drop --calibration-from")
+    return Reused(reused.source, reused.widths, kept, reused.ranking_width, reused.size, reused.method_widths)
 
 
 def load_reused(text: str, storage: str | Path = ".benchmarks") -> Reused:
@@ -67,10 +71,14 @@ def apply_reused(sess, reused: Reused) -> None:
     sess.ranking_width = reused.ranking_width  # None (a run before it was recorded): chosen here on calibration
     sess.width_choice = {"reused_from": reused.source, "selected": list(reused.widths),
                          "rule": f"reused from {reused.source} (--calibration-from)"}
+    own = dict(reused.method_widths or {})
+    check_widths_fit(sorted(set(own.values())), sess.block_size, f"--calibration-from {reused.source}",
+                     "the run used another drafter: drop --calibration-from")
+    sess.method_widths = {m: {"selected": int(w), "reused_from": reused.source} for m, w in own.items()}
     for mid, per in reused.options.items():
-        if set(per) != set(reused.widths):
+        if not set(reused.widths) <= set(per):
             continue  # a method the run chose at other widths only: calibrate it here
-        sess.width_options[mid] = {w: dict(per[w]) for w in reused.widths}
+        sess.width_options[mid] = {w: dict(o) for w, o in per.items()}
         top = dict(per[reused.widths[-1]])
         sess.options[mid] = top
         sess.calibration[mid] = {"reused_from": reused.source, "objective": f"reused from {reused.source} "
