@@ -134,9 +134,11 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     runs = [greedy(sess.rt, p, c.calibration_tokens) for p in ids]
     steps = [(st.target_seconds - st.prefill_seconds) / (st.target_calls - 1) for _, st in runs
              if st.target_calls > 1]
+    # decodes of the benchmark's length, starting every half of it: each a decode from its own start, and a short
+    # continuation (a real target's) still gives several
     length = max(1, min(c.tokens, c.calibration_tokens))
     trajs = trajectories(sess.rt, ids, [r for r, _ in runs], tuple(sess.prepared.drafter.cfg.taps))
-    segs = segments(trajs, length)
+    segs = segments(trajs, length, max(1, length // 2))
     keep, dropped = clean_segments(sess.rt, [list(s.prompt[len(ids[s.source]):]) + list(s.tokens) for s in segs],
                                    sess.family)
     segs = [segs[i] for i in keep]

@@ -10,19 +10,20 @@ from ..errors import BadInputError
 from ..options import BENCH_FIELDS, env_value, option
 
 # A target over REAL_TARGET_PARAMETERS parameters (a real checkpoint: SmolLM2-135M, LFM2.5-350M) costs 60-170 ms
-# per greedy token on 2 cores against the mini target's ~8 ms, so the mini's default matrix (4 prompts x 48 tokens,
-# two widths, 16 ranking rounds; ~9 min there) would take hours. With `--bench-size auto` (the default) every knob
-# below that the user did not set (option or environment) takes these values: calibration on 2 prompts x 16 tokens,
-# one `auto` width (the cost model's best), 6 ranking rounds; the matrix's prompts, tokens and base rounds are then
-# chosen from the costs calibration measured to fit `--bench-budget` (bench.budget). `--bench-size full` keeps the
-# table's defaults; `--bench-widths 1,2,4,8 --bench-prompts 6 --bench-tokens 64` is the full matrix.
+# per greedy token on 2 cores against the mini target's ~8 ms, so the mini's default matrix (4 prompts x 96 tokens,
+# two widths, 16 ranking rounds) would take hours. With `--bench-size auto` (the default) every knob below that the
+# user did not set (option or environment) takes these values: calibration on 2 prompts x 192 tokens replayed by the
+# width model (its verify curve on 16-token decodes), one `auto` width (the cost model's best), 6 ranking rounds;
+# the matrix's prompts, tokens and base rounds are then chosen from the costs calibration measured to fit
+# `--bench-budget` (bench.budget). `--bench-size full` keeps the table's defaults;
+# `--bench-widths 1,2,4,8 --bench-prompts 6 --bench-tokens 64` is the full matrix.
 REAL_TARGET_PARAMETERS = 100_000_000
 # The baseline of every paired comparison between methods: each speculative round also times it at the same
 # width seconds before the method (bench.rounds), activity compares every method's drafts with its drafts
 # (bench.activity), and the ranking ranks ratios against it (report.ranking).
 BASELINE = "dflash"
 # rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (stats/summary.MIN_LABELLED_N)
-REAL_TARGET_DEFAULTS = {"calibration_tokens": 128, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1,
+REAL_TARGET_DEFAULTS = {"calibration_tokens": 192, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1,
                         "curve_tokens": 16}
 # What bench.budget.plan_matrix chooses under `--bench-size auto` (each unless the user set it; never above the
 # value it had: the budget only shrinks the matrix).

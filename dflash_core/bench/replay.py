@@ -70,12 +70,14 @@ def trajectories(rt, prompts: Sequence[Sequence[int]], conts: Sequence[Sequence[
             for i, (p, c, (h, _)) in enumerate(zip(prompts, conts, rows))]
 
 
-def segments(trajs: Sequence[Trajectory], length: int) -> list[Trajectory]:
-    """Every trajectory cut into consecutive decodes of `length` tokens (a shorter tail is dropped: its round
-    structure is not the benchmark's)."""
-    if length < 1:
-        raise ValueError(f"segment length must be >= 1, got {length}")
-    return [t.segment(s, length) for t in trajs for s in range(0, len(t.tokens) - length + 1, length)]
+def segments(trajs: Sequence[Trajectory], length: int, stride: int | None = None) -> list[Trajectory]:
+    """Every trajectory cut into decodes of `length` tokens starting every `stride` tokens (default `length`:
+    consecutive; a shorter stride gives overlapping decodes, each a decode of its own from another start). A tail
+    shorter than `length` is dropped: its round structure is not the benchmark's."""
+    stride = length if stride is None else stride
+    if length < 1 or stride < 1:
+        raise ValueError(f"segment length and stride must be >= 1, got {length} and {stride}")
+    return [t.segment(s, length) for t in trajs for s in range(0, len(t.tokens) - length + 1, stride)]
 
 
 class CachedDrafts:
