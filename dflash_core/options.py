@@ -248,8 +248,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 4, "calibration prompts", type=int,
            minimum=1, pytest="--calibration-prompts", bench=True),
     Option("widths", "DFLASH_WIDTHS", "auto", "verify widths to time (each <= the drafter's block size B), or "
-           "auto: dflash's best width by the cost model over the measured verify-cost curve on calibration prompts, "
-           "and the best at most half of it; 1,2,4,8 for a full matrix", type=_widths, pytest="--bench-widths"),
+           "auto: dflash's best width by the cost model over the measured verify-cost curve on the width model's "
+           "replayed calibration decodes, and the best at most half of it (each method is also measured at its own "
+           "width); 1,2,4,8 for a full matrix", type=_widths, pytest="--bench-widths"),
     Option("calibration_from", "DFLASH_CALIBRATION_FROM", None, "reuse the verify widths and calibrated options of "
            "a saved run or benchmark.json (a path, or a run id such as 0001 under .benchmarks) instead of choosing "
            "them, so two runs measure the same cases (the gate and pooling refuse runs that chose differently)",
