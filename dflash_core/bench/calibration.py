@@ -169,8 +169,9 @@ def loop_target_costs(sess: BenchSession, ids: list[list[int]], steps: list[floa
     Returns (ComponentCosts, ProposerCosts)."""
     build = get_method("dflash").build
     traces, timers = [], []
-    for w in range(1, sess.block_size + 1):
-        for p in ids:
+    widths = list(range(1, sess.block_size + 1))
+    for i, p in enumerate(ids):  # every width on each prompt, the order reversed on every other prompt: a burst
+        for w in (widths if i % 2 == 0 else widths[::-1]):  # of load then slows all widths alike, not the last few
             tr: list = []
             timer = TimedProposer(build(sess.rt, sess.prepared))
             speculative(sess.rt, timer, list(p), sess.cfg.curve_tokens, w, trace=tr)

@@ -163,6 +163,8 @@ class ReplaySession:
         """The greedy token after each row of `block` while the block follows the trajectory; after the first row
         that leaves it the target's answer is unknown (-1), and the loop never reads it (it commits the answer
         after the accepted rows only)."""
+        if not isinstance(block, list):  # drafts handed over on the device (a 1-D tensor)
+            block = [int(x) for x in block.tolist()]
         t, p = self.traj, len(self.traj.prompt)
         at = self.rows - p  # index in t.tokens of block[0], the last committed token
         if not block or at < 0 or at >= len(t.tokens) or block[0] != t.tokens[at]:
