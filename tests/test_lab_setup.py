@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -118,11 +117,9 @@ def test_lab_setup_leaves_an_installed_torch_alone(tmp_path):
 @pytest.mark.parametrize("case", CASES)
 def test_tox_pip_follows_the_lab_rule(case, monkeypatch):
     """scripts/tox_pip.py gives tox envs the same torch index for the same machine."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import tox_pip
-    finally:
-        sys.path.pop(0)
+    from .helpers import load_file
+
+    tox_pip = load_file("scripts/tox_pip.py")
     index_url, smi_rc, local, want = CASES[case]
     monkeypatch.setattr(tox_pip, "nvidia_driver", lambda environ: smi_rc == 0)
     monkeypatch.setattr(tox_pip, "local_torch", lambda: local)
@@ -135,11 +132,9 @@ def test_tox_pip_follows_the_lab_rule(case, monkeypatch):
 
 def test_tox_pip_checks_a_real_nvidia_smi_on_path(tmp_path):
     """nvidia_driver runs `nvidia-smi -L` found on the environment's PATH, and needs it to succeed."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import tox_pip
-    finally:
-        sys.path.pop(0)
+    from .helpers import load_file
+
+    tox_pip = load_file("scripts/tox_pip.py")
     assert tox_pip.nvidia_driver({"PATH": str(tmp_path)}) is False
     smi = tmp_path / "nvidia-smi"
     for rc, want in ((0, True), (9, False)):

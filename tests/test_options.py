@@ -143,11 +143,9 @@ def test_tox_installs_torch_before_the_package():
     assert "commands_pre" not in base
     assert [d.strip() for d in base["deps"].split("\n") if d.strip()] == ["torch==2.13.0"]
     assert "tox_pip.py" in base["install_command"]
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        from tox_pip import pip_command
-    finally:
-        sys.path.pop(0)
+    from .helpers import load_file
+
+    pip_command = load_file("scripts/tox_pip.py").pip_command
     # a machine whose pip finds torch locally adds nothing; which index otherwise: tests/test_lab_setup.py
     assert pip_command(["torch==2.13.0"], {}, driver=False, local=True)[-3:] == ["pip", "install", "torch==2.13.0"]
     url = "https://download.pytorch.org/whl/cpu"
@@ -186,7 +184,8 @@ def test_every_dflash_knob_is_read_through_the_options_table():
     import re
 
     read = re.compile(r"""(?:environ(?:\.get)?\s*[\(\[]|getenv\()\s*["'](DFLASH_\w+)["']\s*(\]\s*(?!=[^=]))?""")
-    roots = [REPO / "dflash_core", REPO / "benchmarks", REPO / "scripts", REPO / "conftest.py", REPO / "tests"]
+    roots = [REPO / "dflash_core", REPO / "benchmarks", REPO / "scripts", REPO / "studies", REPO / "conftest.py",
+             REPO / "tests"]
     files = [p for r in roots for p in ([r] if r.is_file() else r.rglob("*.py"))]
     offenders = []
     for p in files:

@@ -632,13 +632,10 @@ def test_pages_in_chromium_draw_every_plot_and_eight_columns(chromium, tmp_path)
 def test_screenshot_script_cuts_every_figure_out_of_the_report():
     """scripts/screenshots.py shoots each figure alone: it must find all four in a report with data, sized to the
     figure, and skip (not shoot empty axes of) a figure the run has no data for."""
-    import sys
+    from .helpers import load_file
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    try:
-        from screenshots import PLOT_IDS, figure_page
-    finally:
-        sys.path.pop(0)
+    shots = load_file("scripts/screenshots.py")
+    PLOT_IDS, figure_page = shots.PLOT_IDS, shots.figure_page
     page = render_report(_rich())
     for pid in PLOT_IDS:
         fig = figure_page(page, pid)

@@ -1,28 +1,21 @@
-"""scripts/drafter_variants.py on the tiny prepared target: one row per variant, sane figures, JSON written."""
+"""studies/2026-11-30-drafter-variants/drafter_variants.py on the tiny prepared target: one row per variant, sane
+figures, JSON written."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from dflash_core.errors import BadInputError
 from dflash_core.prepare.pipeline import PrepareConfig
+from studies.drafter_lab import variants as V
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-SCRIPT = SCRIPTS / "drafter_variants.py"
-sys.path.insert(0, str(SCRIPTS))  # the study's helpers live beside its script, not in the package
-import variants as V  # noqa: E402
+from .helpers import load_file
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("drafter_variants", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_file("studies/2026-11-30-drafter-variants/drafter_variants.py")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ per round and method, from
             residuals: MAD-SD 1.4 %, 1 % of rounds beyond -7.3 % / +9.7 %)
   contam    N(0, 1) with 10 % of rounds x 3
 A machine-state shift common to a whole round cancels in the paired ratio and is not modelled. TRUTH is the
-medians against dflash of a quiet measured run (docs/performance.md §12): the top two 1.4 % apart, inside the
+medians against dflash of a quiet measured run (studies/2026-12-01-leader-group/): the top two 1.4 % apart, inside the
 2 % resolution.
 """
 

@@ -62,7 +62,7 @@ def chunk_topk(drafter, hidden: torch.Tensor, head, top_k: int, full: bool):
 
     Over the draft vocabulary the top-k is taken from the K head columns and mapped through d2t, not from the
     [N, B, V] scatter: filling and scattering 65,536 columns per row cost more than the head's product itself
-    in the 350M fits (4.1 of 14.0 s in `scripts/profile_fit_examples.py`). The same ids by the tie rule: the
+    in the 350M fits (4.1 of 14.0 s in studies/2026-12-06-fit-examples-head-batched/). The same ids by the tie rule: the
     map is ascending, so (value desc, column asc) is (value desc, target id asc), and k <= K keeps every
     out-of-vocabulary id (logit -1e9) out of the top-k. Other maps, or full logits asked for, take the scatter.
     """
