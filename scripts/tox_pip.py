@@ -15,6 +15,8 @@ run both over the same cases, tests/test_lab_setup.py):
 
 Hand-written: tox substitutions cannot add an option only when a condition holds, and an empty
 PIP_EXTRA_INDEX_URL would erase the one from pip's config files.
+
+When to run: never by hand: tox runs it as its install_command (tox.ini).
 """
 
 from __future__ import annotations

@@ -350,7 +350,7 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
     `padded`: prompts of several lengths in one batch, left-padded with an attention mask and their own position
     ids (only for `pads_exactly` targets); the taps are then a list, row i [len(prompt i) + new_tokens - 1, ...].
     A bucket of one length makes a small batch, and the 2 cores run a 32-row step at under half the tokens per
-    second of a 256-row one (docs/real-targets.md, "A padded teacher").
+    second of a 256-row one (studies/2026-12-07-padded-teacher/).
     """
     import torch
 

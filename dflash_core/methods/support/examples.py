@@ -110,8 +110,8 @@ def planned_anchors(ctx, req: ExampleRequest) -> dict[int, list[int]]:
 
 def target_rows_batch(rt, seqs: Sequence[Sequence[int]], taps: Sequence[int], with_logits: bool) -> list[tuple]:
     """`target_rows` of several sequences from ONE uncached forward, right-padded (`target.uncached_rows`): the
-    fits' 70-90-row forwards ran at ~0.7 of the rate of 8 in one forward on SmolLM2 (docs/real-targets.md, "One
-    pass for the fit examples, and OpenMP's wait policy")."""
+    fits' 70-90-row forwards ran at ~0.7 of the rate of 8 in one forward on SmolLM2
+    (studies/2026-12-07-one-pass-fit-examples/)."""
     if len(seqs) == 1:
         return [target_rows(rt, seqs[0], taps, with_logits)]
     return uncached_rows(rt, seqs, taps, with_logits)
