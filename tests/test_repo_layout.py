@@ -28,13 +28,13 @@ def fields(readme: str) -> dict[str, str]:
     """Field name -> its text, for lines like `- **Question:** text` (also `**Question:** text`, `Question: text`,
     or a `## Question` heading with the text below it, the forms other writers use)."""
     names = "|".join(re.escape(f) for f in FIELDS)
-    line = re.compile(rf"^\s*(?:[-*]\s+)?(?:#+\s*)?(?:\*\*)?({names})(?:\*\*)?\s*:?\s*(?:\*\*)?\s*(.*)$", re.I)
+    line = re.compile(rf"^\s*(?:[-*]\s+)?(?:#+\s*)?(?:\*\*)?({names})(?:\*\*)?(?:\s*:\s*(?:\*\*)?\s*(.*)|\s*$)", re.I)
     found, current = {}, None
     for raw in readme.splitlines():
         m = line.match(raw)
         if m and m.group(1).lower() not in {k.lower() for k in found}:
             current = next(f for f in FIELDS if f.lower() == m.group(1).lower())
-            found[current] = m.group(2).strip()
+            found[current] = (m.group(2) or "").strip()
         elif current and not found[current] and raw.strip() and not raw.startswith("#"):
             found[current] = raw.strip()  # a heading-style field: its text is the next line
         elif raw.startswith("#"):
