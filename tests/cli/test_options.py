@@ -146,7 +146,7 @@ def test_tox_installs_torch_before_the_package():
     from ..support.helpers import load_file
 
     pip_command = load_file("scripts/tox_pip.py").pip_command
-    # a machine whose pip finds torch locally adds nothing; which index otherwise: tests/test_lab_setup.py
+    # a machine whose pip finds torch locally adds nothing; which index otherwise: tests/cli/test_lab_setup.py
     assert pip_command(["torch==2.13.0"], {}, driver=False, local=True)[-3:] == ["pip", "install", "torch==2.13.0"]
     url = "https://download.pytorch.org/whl/cpu"
     assert pip_command(["x"], {"TORCH_INDEX_URL": url})[-3:] == ["--extra-index-url", url, "x"]

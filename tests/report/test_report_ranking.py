@@ -1,6 +1,6 @@
 """The report's ranking from saved runs (dflash_core.report.ranking): G1, the single winner, the noise gate, the
 ranking's own A/A, the position effect of the leg order, the headline, and runs saved before schema 7 refused.
-Built on injected rounds of known truth (tests/timing.py)."""
+Built on injected rounds of known truth (tests/support/timing.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""One case between two runs (dflash_core.stats.change), proved on injected rounds of known truth (tests/timing.py):
-two runs of one model call no change in more than the stated 5 % of pairs, jointly over every case, and a real 10 %
-slowdown of one method is caught."""
+"""One case between two runs (dflash_core.stats.change), proved on injected rounds of known truth
+(tests/support/timing.py): two runs of one model call no change in more than the stated 5 % of pairs, jointly
+over every case, and a real 10 % slowdown of one method is caught."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Selection of the fastest method (dflash_core.stats.selection: MCB with a bootstrap critical value), proved by
-seeded simulations of the injected timing model (tests/timing.py) where the truth is known. Each test names the
+seeded simulations of the injected timing model (tests/support/timing.py) where the truth is known. Each test names the
 rule whose break makes it fail."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Subprocess side of tests/test_distributed.py (not collected: no test_ prefix).
+"""Subprocess side of tests/prepare/test_distributed.py (not collected: no test_ prefix).
 
     python tests/support/prepare_worker.py prepare CKPT HOME STEPS EVERY [--stall]   # one prepare (torchrun-able)
     python tests/support/prepare_worker.py train64 OUT                              # DDP training of a float64 drafter
