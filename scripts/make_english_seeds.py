@@ -10,6 +10,9 @@ One line per seed: the start of a sentence (`traindata.sentence_starts`: at most
 boundary, at least 24), deduplicated, a seeded sample of `--count` kept in source order, and none sharing an
 8-unit n-gram with a shipped benchmark or calibration prompt (the held-out guard drops it). Deterministic:
 the same package gives the same file.
+
+When to run: after changing the seed rules (`traindata.sentence_starts`, the held-out guard) or the corpus; commit
+the file it writes.
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ so the drafter and every fit are trained against the rounded model), run `prepar
 method's fits), export the verified bundle, import it into a second fresh home to check it, and print the bundle's
 size and the model's hashes. About 10 minutes on a quiet 2-core box (60 min when the box was loaded by parallel
 work). Run it after changing the prepare recipe, PrepareConfig or MiniTargetConfig
-(tests/test_reference_bundle.py fails until you do), then commit the bundle.
+(tests/prepare/test_reference_bundle.py fails until you do), then commit the bundle.
+
+When to run: after changing the prepare recipe, PrepareConfig or MiniTargetConfig
+(tests/prepare/test_reference_bundle.py fails until you do).
 """
 
 from __future__ import annotations

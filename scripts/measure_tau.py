@@ -8,6 +8,9 @@ family is decoded for `--tokens` new tokens at every width; tau = new tokens / t
     python scripts/measure_tau.py --target mini --home DIR [--widths 8,10,12,14,15,16] [--prompts 4] [--tokens 48]
 
 Prints one JSON document: the artifact directory, the drafter's recorded held-out accuracy and tau per width.
+
+When to run: after changing the drafter's recipe, to compare drafters by tokens per target call without a benchmark
+session.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ artifact sha256s from the manifest are included, so a refit that changed a file 
     python scripts/method_fingerprint.py --home /tmp/fp-home --build-tiny > before.json   # tiny, in seconds
     python scripts/method_fingerprint.py --home ~/.cache/dflash-mini-lab --target mini > mini.json
     diff before.json after.json
+
+When to run: before and after a refactor of the methods, on the same prepared home; diff the two outputs.
 """
 
 from __future__ import annotations

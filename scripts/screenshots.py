@@ -7,6 +7,8 @@ PNG per figure of report.html (plot-*.png); with --compare, compare-top.png (the
 compare.html, written by `python -m dflash_core.report compare`). A figure is shot alone: its <figure> and the
 page's stylesheet in a page of their own, sized to the figure, so no cropping tool is needed. Needs Debian's
 `chromium` (or chromium-browser / google-chrome) on PATH; nothing is fetched from the network.
+
+When to run: after a change to the report pages, to refresh docs/img/ from a fresh `./lab bench` report.
 """
 
 from __future__ import annotations

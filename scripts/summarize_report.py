@@ -1,6 +1,8 @@
 """Markdown tables from a canonical reports/<device>/benchmark.json (for notes and docs).
 
 Usage: python scripts/summarize_report.py reports/cpu/benchmark.json
+
+When to run: after a benchmark run, to paste its figures into a study folder's README (studies/README.md).
 """
 
 from __future__ import annotations

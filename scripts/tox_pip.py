@@ -2,7 +2,7 @@
 
 tox installs an env's `deps` (torch alone, pinned) before the package, so torch is in place when pip resolves
 the package's own `torch==2.13.0`. Where torch comes from is `./lab`'s rule (its torch_index_args; the tests
-run both over the same cases, tests/test_lab_setup.py):
+run both over the same cases, tests/cli/test_lab_setup.py):
 
 1. TORCH_INDEX_URL set: that index, as an extra index (a wheel index's `2.13.0+cpu` / `2.13.0+cu128` sorts above
    PyPI's `2.13.0`, so it wins; an extra index, not `--index-url`, because the package's other dependencies
@@ -15,6 +15,8 @@ run both over the same cases, tests/test_lab_setup.py):
 
 Hand-written: tox substitutions cannot add an option only when a condition holds, and an empty
 PIP_EXTRA_INDEX_URL would erase the one from pip's config files.
+
+When to run: never by hand: tox runs it as its install_command (tox.ini).
 """
 
 from __future__ import annotations

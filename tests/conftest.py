@@ -9,7 +9,7 @@ import pytest
 
 from dflash_core.testing import tiny_prepare_config
 
-from .browser import chromium  # noqa: F401  (the one headless browser fixture of the session)
+from .support.browser import chromium  # noqa: F401  (the one headless browser fixture of the session)
 
 TINY_PREP = tiny_prepare_config()
 
@@ -32,7 +32,7 @@ class PreparedTarget:
 @pytest.fixture
 def clean_env(monkeypatch, tmp_path):
     """No DFLASH_* knob from the caller's shell, an empty artifact home (in-process commands). Child processes
-    get theirs from `tests.envs.child_env`."""
+    get theirs from `tests.support.envs.child_env`."""
     import os
 
     for var in [v for v in os.environ if v.startswith("DFLASH_")]:

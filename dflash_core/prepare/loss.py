@@ -2,7 +2,7 @@
 
 The drafter's rows go through the target's frozen LM head (vocab 49k-65k on real targets). Materialising
 the logits of every training row, [rows, vocab] in float32, and their gradient dominated a training step
-(about 15 s of a 15 s step at vocab 49,152; `scripts/profile_train_step.py`). Here the head is applied chunk
+(about 15 s of a 15 s step at vocab 49,152; `studies/drafter_lab/profile_train_step.py`). Here the head is applied chunk
 by chunk of rows: each chunk's logits give its loss and, in the same pass, the gradient with respect to the
 rows (`softmax - target`, times the head), so no [rows, vocab] tensor ever lives longer than one chunk and
 the backward pass is a multiply. This is the fused linear cross-entropy of Liger-Kernel and Cut

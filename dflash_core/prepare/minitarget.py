@@ -433,7 +433,7 @@ def sample_greedy(out_dir: str | Path, prompt: str, n_tokens: int = 48) -> str:
 
 def _train_step(model, opt, seq, cfg: MiniTargetConfig) -> float:
     """One next-token step on seq [B, T+1] (bf16 autocast when configured, grad clip 1.0); returns the loss.
-    Shared by training and scripts/measure_mini_target.py, so the measured step is the real one."""
+    Shared by training and studies/2026-11-29-mini-target-size/'s script, so the measured step is the real one."""
     import torch
 
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(resolve_autocast(cfg).autocast_bf16)):

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 TEACHER_BATCH = 128  # prompts per batched teacher forward: fills 2 cores on the mini target, small in memory
 PADDED_BATCH = 256  # prompts per padded batch (`padded_batches`): on a 2-core AVX2 EPYC SmolLM2's teacher made
 # 104 tokens/s at 32 rows, 183 at 128, 180-238 at 256 (runs of one batch), 227 at 512: past 128 rows little changes
-# (docs/real-targets.md, "A padded teacher")
+# (studies/2026-12-07-padded-teacher/)
 PAD_WASTE = 0.1  # a padded batch's pad rows stay under this share of the rows it feeds (prompt + new tokens)
 TEACHER_FILE = "teacher.safetensors"
 

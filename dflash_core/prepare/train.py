@@ -8,7 +8,7 @@ top-k distribution (distillation). Many anchors per sequence are trained in one 
 each block sees the context rows strictly before its anchor and its own B+1 rows, exactly what it sees at
 inference.
 
-What keeps a step cheap at vocab 49k-65k (`scripts/profile_train_step.py`): only the B block rows reach the
+What keeps a step cheap at vocab 49k-65k (`studies/drafter_lab/profile_train_step.py`): only the B block rows reach the
 head, through `loss.linear_cross_entropy` (chunked, exact, no [rows, vocab] tensor kept for backward), its
 matmuls in bfloat16 where the CPU has native bf16 dot products; taps come from the teacher pass.
 
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 MATMUL_DTYPES = ("auto", "float32", "bfloat16")
 ANCHOR_RULES = ("continuation", "all")
 CHECKPOINT_FILE = "train-checkpoint.safetensors"
-# Where the head dominates a training step (scripts/profile_train_step.py): at the mini's vocab 2,048 bf16 and
+# Where the head dominates a training step (studies.drafter_lab.profile_train_step): at the mini's vocab 2,048 bf16 and
 # sampled head rows save nothing (355 vs 365 ms per step) and cost held-out accuracy (0.50 against 0.55 at 600
 # steps, docs/real-targets.md); at 49k-65k they make a step 4-5x cheaper.
 LARGE_VOCAB = 16384

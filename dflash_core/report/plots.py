@@ -4,7 +4,7 @@ Why hand-written SVG: the pages must open offline and self-contained, and a figu
 so a plotting library (and its script, fonts or CDN) would weigh more than the page. Every data mark is a
 `<circle class=pt>` (a whisker a `<line class=whisker>`) inside `<g class=series data-series=...>` and carries the
 values it shows in `data-x`/`data-y` and a tooltip (`<title>`), so a test (and a reader with the DOM) can count
-and check each series against benchmark.json (tests/browser.py does, in headless Chromium). Nothing here
+and check each series against benchmark.json (tests/support/browser.py does, in headless Chromium). Nothing here
 computes a figure the document does not hold: the functions only place the document's numbers on axes.
 """
 

@@ -42,7 +42,7 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     """A stable accelerator block; volatile clock readings dropped so same-machine compares don't warn.
 
     The block records the OpenMP/MKL environment too: `OMP_WAIT_POLICY=PASSIVE` made a one-row SmolLM2 decode step
-    1.4-2.1x slower on a 2-core Xeon (docs/performance.md, "OpenMP's wait policy"), a setting a timing must carry.
+    1.4-2.1x slower on a 2-core Xeon (studies/2026-12-07-openmp-wait-policy/), a setting a timing must carry.
     """
     cpu = machine_info.get("cpu")
     if isinstance(cpu, dict):

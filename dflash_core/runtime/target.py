@@ -311,7 +311,7 @@ def batch_greedy(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens
 # Model types whose forward takes a left-padded batch (attention mask + position ids) and computes for each row
 # what the unpadded row computes: attention masks the pad keys, RoPE reads the given positions, and LFM2 zeroes
 # pad rows before its short convolutions (a causal conv's own left padding is zeros too). Checked by
-# tests/test_teacher.py on tiny float64 models of both; any other type keeps the length buckets, since a layer
+# tests/prepare/test_teacher.py on tiny float64 models of both; any other type keeps the length buckets, since a layer
 # that does not mask (a recurrent state, a learned absolute position) would carry the padding into real rows.
 PADDED_MODEL_TYPES = ("lfm2", "llama")
 
@@ -327,7 +327,7 @@ def teacher_cache(rt: TargetRuntime, rows: int) -> Any:
     A growing cache concatenates every layer's keys and values at each step: at SmolLM2's 256-row padded steps
     that copy was a quarter of a step in a profile and the static cache saved 6-12 % of a step
     (docs/real-targets.md, "A static teacher cache and batched fit examples"). With the padding mask both compute
-    the same bits (tests/test_teacher.py); the length buckets (no mask: causal attention over a growing cache)
+    the same bits (tests/prepare/test_teacher.py); the length buckets (no mask: causal attention over a growing cache)
     keep the growing cache, whose kernels the static cache's explicit mask would change at float rounding, and
     with them the mini target's teacher data.
     """
@@ -350,7 +350,7 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
     `padded`: prompts of several lengths in one batch, left-padded with an attention mask and their own position
     ids (only for `pads_exactly` targets); the taps are then a list, row i [len(prompt i) + new_tokens - 1, ...].
     A bucket of one length makes a small batch, and the 2 cores run a 32-row step at under half the tokens per
-    second of a 256-row one (docs/real-targets.md, "A padded teacher").
+    second of a 256-row one (studies/2026-12-07-padded-teacher/).
     """
     import torch
 

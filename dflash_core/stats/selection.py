@@ -189,7 +189,7 @@ def rank(per_case_ratios: Mapping[str, Sequence[float]], resolution: float, thre
     resolution r = max(resolution, k sigma / sqrt(n)), MCB's own rule, so a noisy run widens r and the intervals by
     itself; `threshold` only flags the run as noisy (a banner, a stderr warning). Why not a gate that names no winner
     above a fixed threshold: every VM seen reads 4-9 %, so a 3 % gate suppressed leads of ~22 % against a 3.2 %
-    resolution; the widened r keeps the false-winner rate at MCB's (tests/test_selection.py: <= 5 %, measured
+    resolution; the widened r keeps the false-winner rate at MCB's (tests/stats/test_selection.py: <= 5 %, measured
     0-0.1 % at a 1.4 % true gap, quiet or loaded). `lead.noise_could_change` says whether the verdict would flip with
     the noise figure at the upper end of its interval. Returns select_best's record with `noise`,
     `position_delta` and `guarantee`."""

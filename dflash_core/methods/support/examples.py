@@ -62,7 +62,7 @@ def chunk_topk(drafter, hidden: torch.Tensor, head, top_k: int, full: bool):
 
     Over the draft vocabulary the top-k is taken from the K head columns and mapped through d2t, not from the
     [N, B, V] scatter: filling and scattering 65,536 columns per row cost more than the head's product itself
-    in the 350M fits (4.1 of 14.0 s in `scripts/profile_fit_examples.py`). The same ids by the tie rule: the
+    in the 350M fits (4.1 of 14.0 s in studies/2026-12-06-fit-examples-head-batched/). The same ids by the tie rule: the
     map is ascending, so (value desc, column asc) is (value desc, target id asc), and k <= K keeps every
     out-of-vocabulary id (logit -1e9) out of the top-k. Other maps, or full logits asked for, take the scatter.
     """
@@ -110,8 +110,8 @@ def planned_anchors(ctx, req: ExampleRequest) -> dict[int, list[int]]:
 
 def target_rows_batch(rt, seqs: Sequence[Sequence[int]], taps: Sequence[int], with_logits: bool) -> list[tuple]:
     """`target_rows` of several sequences from ONE uncached forward, right-padded (`target.uncached_rows`): the
-    fits' 70-90-row forwards ran at ~0.7 of the rate of 8 in one forward on SmolLM2 (docs/real-targets.md, "One
-    pass for the fit examples, and OpenMP's wait policy")."""
+    fits' 70-90-row forwards ran at ~0.7 of the rate of 8 in one forward on SmolLM2
+    (studies/2026-12-07-one-pass-fit-examples/)."""
     if len(seqs) == 1:
         return [target_rows(rt, seqs[0], taps, with_logits)]
     return uncached_rows(rt, seqs, taps, with_logits)
