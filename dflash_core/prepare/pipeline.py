@@ -85,7 +85,7 @@ class PrepareConfig:
     # generation is batched by prompt length, so 2400 seeds x 64 tokens cost about what 224 cost one at a time
     random_seeds: int = 0  # tokenizer-less targets: seeded random id prompts
     n_taps: int = 3
-    block_size: int = 16  # docs/drafter-variants.md: block 16 beats block 8 in the real decode on this CPU
+    block_size: int = 16  # studies/2026-11-30-drafter-variants/: block 16 beats block 8 in the real decode on this CPU
     drafter_layers: int = 1
     drafter_heads: int = 4
     drafter_intermediate: int | None = None  # None: 2 x target hidden
