@@ -19,6 +19,8 @@ from dflash_core.prepare.teacher import (
 from dflash_core.runtime.target import TargetRuntime, batch_taps, batch_teacher
 from dflash_core.testing import TinySpec, build_tiny, build_tiny_llama
 
+from .helpers import assert_near, assert_topk_near
+
 TAPS = (0, 2, 3)
 PROMPTS = [[5, 6, 7], [9, 8, 7], [3, 4], [11, 12, 13, 14], [7, 7], [20, 21, 22]]
 
@@ -72,8 +74,10 @@ def test_a_padded_batch_computes_what_each_trajectory_computes_alone(rt64, arch)
 def test_a_padded_teacher_allocates_its_cache_once_and_computes_what_a_growing_cache_does(arch, padded,
                                                                                          monkeypatch):
     """Padded batches decode into a cache of exactly the rows they feed (a growing one copied every layer's K/V
-    at each step), and their ids, taps and top-k equal a growing cache's bit for bit (float32, as prepare runs);
-    length buckets keep the growing cache (the static one's explicit mask changes their float sums)."""
+    at each step): their ids equal a growing cache's, their taps and top-k agree within float32 rounding (float32,
+    as prepare runs); length buckets keep the growing cache (the static one's explicit mask changes their float
+    sums). Not bit for bit: the two caches feed different shapes and masks to the attention matmuls, so on an
+    AVX2 kernel path (ATEN_CPU_CAPABILITY=avx2, or an AMD EPYC) their sums differ in the last bits."""
     from transformers import DynamicCache, StaticCache
 
     from dflash_core.runtime import target
@@ -91,10 +95,12 @@ def test_a_padded_teacher_allocates_its_cache_once_and_computes_what_a_growing_c
     assert made[0].get_max_length() == max(map(len, prompts)) + 6 - 1  # an overflow fails: exactly the rows fed
     monkeypatch.setattr(target, "teacher_cache", lambda rt_, rows: DynamicCache(config=rt_.model.config))
     want = batch_teacher(rt, prompts, 6, (0, 2), 4, padded=padded)
-    assert got[0] == want[0]
+    assert got[0] == want[0]  # token ids: exact
+    # 1e-4: a few hundred float32 ulps at the taps' O(1) scale (the AVX2 path differs by ~2e-6), while a row that
+    # saw a pad, a wrong position or a stale cache slot moves by 1e-2 or more
     for a, b in zip(got[1], want[1]):
-        assert torch.equal(a, b)
-    assert torch.equal(got[2][0], want[2][0]) and torch.equal(got[2][1], want[2][1])
+        assert_near(a, b, 1e-4, "float32 static vs growing cache, taps")
+    assert_topk_near(got[2][1], got[2][0], want[2][1], want[2][0], 1e-4, "float32 static vs growing cache, top-k")
 
 
 def test_a_padded_batch_is_refused_for_a_model_type_not_known_to_pad_exactly(rt64, monkeypatch):

@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import secrets
+import stat
 import sys
 import threading
 from contextlib import contextmanager
@@ -271,6 +272,20 @@ def _rank() -> int:
 _LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held (recovery runs at depth 1 only)
 
 
+def check_lock_file(path: Path) -> None:
+    """The lock file is absent or a regular file of the home. A link (its target may lie outside the home), a FIFO
+    or a folder planted there made the lock fail to open, and the command then ran silently unlocked."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # absent (created on acquire) or an unreadable home: the read-only fallback below decides
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a link" if stat.S_ISLNK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+        raise ArtifactError(f"the home's lock {path} is {kind}, not the lab's lock file: remove it (the lab "
+                            "creates it again) and rerun")
+
+
 @contextmanager
 def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     """Hold the home's lock (reentrant in one thread). A second process or thread waits for the holder,
@@ -284,6 +299,7 @@ def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
         return
 
     path = home_lock_path(home)
+    check_lock_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path), is_singleton=True)

@@ -1,0 +1,70 @@
+"""Hostile input, round three (issue 70): the new surfaces (the home's lock and import journal, checkpoint shard
+indexes, saved-run copies, report folders, budgets, environment switches, Ctrl-C) end in one `error:` line and
+exit 2, or in a correct result: no hang, no traceback, nothing written outside the home.
+
+A test that would hang on the old code runs under an alarm, so it fails instead of blocking the suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from contextlib import contextmanager
+
+import pytest
+
+from dflash_core.errors import ArtifactError
+
+
+@contextmanager
+def alarm(seconds: int):
+    """Fail (instead of hanging the suite) when the body blocks longer than `seconds`."""
+    def fire(signum, frame):
+        raise TimeoutError(f"blocked for {seconds}s")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+# --- the home's lock and the import journal ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["link", "fifo", "dir"])
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_not_silently_unlocked(tmp_path, kind):
+    from dflash_core.store.artifacts import LOCK_FILE, home_lock
+
+    home = tmp_path / "home"
+    home.mkdir()
+    lock = home / LOCK_FILE
+    if kind == "link":
+        lock.symlink_to(tmp_path / "elsewhere.lock")
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    entered = []
+    with alarm(20), pytest.raises(ArtifactError, match="not the lab's lock file: remove it"):
+        with home_lock(home):
+            entered.append(1)
+    assert entered == [] and not (tmp_path / "elsewhere.lock").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_journal_that_is_a_fifo_or_a_device_rolls_the_stage_back_without_hanging(tmp_path, kind):
+    from dflash_core.store.artifacts import home_lock
+    from dflash_core.store.journal import JOURNAL
+
+    home = tmp_path / "home"
+    stage = home / ".import-x"
+    stage.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(stage / JOURNAL)
+    else:
+        (stage / JOURNAL).symlink_to("/dev/zero")
+    with alarm(20), home_lock(home):
+        pass
+    assert not stage.exists()  # rolled back (no readable journal) and removed
