@@ -6,7 +6,6 @@ A test that would hang on the old code runs under an alarm, so it fails instead 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from contextlib import contextmanager
