@@ -431,6 +431,7 @@ def _dispatch(a) -> int:
         return 0
     commands = {"prepare": cmd_prepare, "bench": cmd_bench, "export": cmd_export, "import": cmd_import,
                 "export-drafter": cmd_export_drafter, "run": cmd_run}
+    options.check_environment()  # every DFLASH_* knob, whichever command reads it (a typo is not "false")
     return commands[a.cmd](a)
 
 

@@ -67,3 +67,33 @@ def test_a_journal_that_is_a_fifo_or_a_device_rolls_the_stage_back_without_hangi
     with alarm(20), home_lock(home):
         pass
     assert not stage.exists()  # rolled back (no readable journal) and removed
+
+
+# --- environment switches ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["DFLASH_REBUILD_MINI", "DFLASH_REQUIRE_GPU"])
+def test_a_switch_takes_only_yes_or_no_words(clean_env, monkeypatch, capsys, name):
+    from dflash_core.__main__ import main
+    from dflash_core.options import check_environment
+
+    for word, want in (("1", True), ("TRUE", True), ("yes", True), ("0", False), ("false", False), ("No", False)):
+        monkeypatch.setenv(name, word)
+        check_environment()
+        from dflash_core.options import env_value
+        assert env_value("rebuild_mini" if "MINI" in name else "require_gpu") is want
+    monkeypatch.setenv(name, "ture")  # a typo read as false turned a GPU runner's failures into skips
+    assert main(["prepare", "--home", str(clean_env)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error:") == 1 and name in err and "1/true/yes or 0/false/no" in err
+
+
+def test_ctrl_c_is_one_line_and_exit_130(clean_env, monkeypatch, capsys):
+    from dflash_core import __main__ as cli
+
+    def interrupted(a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_prepare", interrupted)
+    assert cli.main(["prepare", "--home", str(clean_env)]) == 130
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: interrupted (Ctrl-C)") and "Traceback" not in err
