@@ -197,7 +197,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("mini_seed", "DFLASH_MINI_SEED", None, "training seed of the embedded mini target: another seed builds "
            "another, independent mini target (its own folder targets/mini-seed-N in the home, its own weights and "
            "artifact key); recorded in the target's metadata and benchmark.json", type=int, minimum=0,
-           maximum=MAX_SEED, cli="--mini-seed", default_text="none: the standard mini target (training seed 1234, targets/mini)",
+           maximum=MAX_SEED, cli="--mini-seed",
+           default_text="none: the standard mini target (training seed 1234, targets/mini)",
            commands=RUNS + ("bench", "export")),
     # The standard mini target is the shipped reference bundle (reference/); this builds it on this machine instead.
     Option("rebuild_mini", "DFLASH_REBUILD_MINI", False, "build the standard mini target on this machine (its own "
