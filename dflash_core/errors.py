@@ -70,6 +70,7 @@ def expected_failure(exc: BaseException) -> str | None:
     return None
 
 
+REPORT_UNWRITTEN = 12  # a benchmark pytest's exit status when its cases ran but the report could not be written
 INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
 
 

@@ -64,11 +64,14 @@ def _file_path(text: str) -> str:
     return os.path.abspath(os.path.expanduser(str(text).strip()))
 
 
+MAX_MINUTES = 7 * 24 * 60  # a week: 1e308 passed as finite and overflowed to infinity in the time arithmetic
+
+
 def _minutes(text: str) -> float:
-    """A number of minutes > 0."""
+    """A number of minutes in (0, MAX_MINUTES]."""
     value = float(text)
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError("must be a number of minutes > 0")
+    if not 0 < value <= MAX_MINUTES:  # NaN fails both comparisons
+        raise ValueError(f"must be a number of minutes > 0 and <= {MAX_MINUTES} (a week)")
     return value
 
 

@@ -97,3 +97,43 @@ def test_ctrl_c_is_one_line_and_exit_130(clean_env, monkeypatch, capsys):
     assert cli.main(["prepare", "--home", str(clean_env)]) == 130
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: interrupted (Ctrl-C)") and "Traceback" not in err
+
+
+# --- files written as a set, full disks named, stale temp files removed --------------------------------------
+
+def test_a_report_set_is_written_whole_or_not_at_all_and_a_full_disk_names_the_file(tmp_path, monkeypatch):
+    import errno
+
+    from dflash_core.errors import expected_failure
+    from dflash_core.store import artifacts
+
+    a, b = tmp_path / "a.json", tmp_path / "b.html"
+    artifacts.write_atomic_set({a: b"old a", b: b"old b"})
+    real, n = artifacts.os.fsync, []
+
+    def fsync(fd):  # the second file's write finds the disk full
+        n.append(fd)
+        if len(n) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(artifacts.os, "fsync", fsync)
+    with pytest.raises(OSError) as exc:
+        artifacts.write_atomic_set({a: b"new a", b: b"new b"})
+    assert a.read_bytes() == b"old a" and b.read_bytes() == b"old b"  # no mix of two runs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.html"]  # no .part left
+    assert str(b) in expected_failure(exc.value) and "no space left" in expected_failure(exc.value)
+
+
+def test_stale_part_files_of_dead_writers_are_removed_and_a_live_ones_kept(tmp_path):
+    import subprocess
+    import sys
+
+    from dflash_core.store.artifacts import remove_stale_parts
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".report.html.{int(dead.stdout)}.ab12cd34.part"
+    live = tmp_path / f".index.html.{os.getpid()}.ab12cd34.part"
+    for p in (stale, live):
+        p.write_text("half")
+    assert remove_stale_parts(tmp_path) == [stale] and live.exists() and not stale.exists()
