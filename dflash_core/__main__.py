@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import __version__, options
 from .bench.config import check_widths_fit
-from .errors import BadInputError, DFlashError, guarded
+from .errors import REPORT_UNWRITTEN, BadInputError, DFlashError, guarded
 from .prepare import distributed as dist
 from .prepare.bundle import check_export_out, export_bundle, import_bundle
 from .prepare.model_card import find_report, measured_tau, model_card
@@ -27,7 +27,7 @@ from .runtime.device import check_device_name, resolve_device, resolve_dtype
 from .runtime.devicecheck import device_check
 from .runtime.exactness import classify
 from .runtime.target import load_target
-from .safeio import read_json
+from .safeio import check_writable_dir, read_json
 from .store.artifacts import MANIFEST, check_home, mini_target_dir, target_identity
 from .store.prompt_file import read_prompt_file
 
@@ -351,6 +351,11 @@ def cmd_bench(a) -> int:
         load_reused(a.calibration_from)  # unknown methods or bad options: exit 2 before prepare
     if a.prompts_file:
         read_prompt_file(a.prompts_file)  # a bad file: exit 2 before prepare (held-out: checked in the session)
+    reports = options.env_value("reports")
+    root = Path(reports) if reports else bench_dir.parent / "reports"
+    # before any work: an unwritable report folder failed only after the whole benchmark had run
+    check_writable_dir(root / a.device.split(":")[0], "the report folder", BadInputError,
+                       "set DFLASH_REPORTS to a folder you can write")
     _quiet(a)
     env = dict(os.environ)
     if not a.verbose:  # the child pytest's transformers bars (its conftest hides the fallback warnings)
@@ -372,10 +377,12 @@ def cmd_bench(a) -> int:
     args += [f"{options.option(name).pytest}={getattr(a, name)}" for name in BENCH_FORWARDED if name in explicit]
     if a.smoke:
         args.append("--smoke")
-    reports = options.env_value("reports")
-    root = Path(reports) if reports else bench_dir.parent / "reports"
     started = time.time()
     rc = subprocess.call(args + list(a.pytest_args), env=env)
+    if rc == REPORT_UNWRITTEN:  # the plugin said why in the line above; the saved run itself was written
+        raise BadInputError(f"the benchmark ran but its report could not be written to {root / dev} (see the line "
+                            "above); the saved run is kept in .benchmarks/: make the folder writable (or set "
+                            "DFLASH_REPORTS) and rebuild it with python -m dflash_core.report on that run")
     written = root / dev / "benchmark.json"
     if written.is_file() and written.stat().st_mtime >= started - 1:
         print(f"report: {root / dev / 'index.html'} (report.html, benchmark.json)", file=sys.stderr)
@@ -431,6 +438,7 @@ def _dispatch(a) -> int:
         return 0
     commands = {"prepare": cmd_prepare, "bench": cmd_bench, "export": cmd_export, "import": cmd_import,
                 "export-drafter": cmd_export_drafter, "run": cmd_run}
+    options.check_environment()  # every DFLASH_* knob, whichever command reads it (a typo is not "false")
     return commands[a.cmd](a)
 
 

@@ -70,10 +70,18 @@ def expected_failure(exc: BaseException) -> str | None:
     return None
 
 
+REPORT_UNWRITTEN = 12  # a benchmark pytest's exit status when its cases ran but the report could not be written
+INTERRUPTED = 130  # the shell's code for a command ended by SIGINT (128 + 2)
+
+
 def guarded(fn, *args, **kwargs) -> int:
-    """Run a command; an expected failure becomes exactly one `error:` line on stderr and exit 2."""
+    """Run a command; an expected failure becomes exactly one `error:` line on stderr and exit 2, and Ctrl-C one
+    line and exit 130 (a KeyboardInterrupt traceback read as a crash, and its exit 1 as "exactness failed")."""
     try:
         return fn(*args, **kwargs)
+    except KeyboardInterrupt:
+        print("error: interrupted (Ctrl-C): rerun the command to go on (what it had finished is kept)", file=sys.stderr)
+        return INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - filtered by expected_failure, anything else is re-raised
         msg = expected_failure(exc)
         if msg is None:

@@ -64,11 +64,14 @@ def _file_path(text: str) -> str:
     return os.path.abspath(os.path.expanduser(str(text).strip()))
 
 
+MAX_MINUTES = 7 * 24 * 60  # a week: 1e308 passed as finite and overflowed to infinity in the time arithmetic
+
+
 def _minutes(text: str) -> float:
-    """A number of minutes > 0."""
+    """A number of minutes in (0, MAX_MINUTES]."""
     value = float(text)
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError("must be a number of minutes > 0")
+    if not 0 < value <= MAX_MINUTES:  # NaN fails both comparisons
+        raise ValueError(f"must be a number of minutes > 0 and <= {MAX_MINUTES} (a week)")
     return value
 
 
@@ -93,13 +96,24 @@ def _prepare_budget(text: str) -> str | float:
     return _minutes(text)
 
 
+FLAG_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
 def _flag(text: str) -> bool:
-    return str(text).strip().lower() in ("1", "true", "yes")
+    """1/true/yes or 0/false/no (any case). Anything else is refused: `DFLASH_REQUIRE_GPU=ture` read as false
+    turned a GPU runner's required failures back into skips."""
+    word = str(text).strip().lower()
+    if word not in FLAG_WORDS:
+        raise ValueError("give 1/true/yes or 0/false/no")
+    return FLAG_WORDS[word]
 
 
 # 1,000,000 seeds x 64 tokens is 64 M teacher tokens, far past what any machine this lab targets generates in a
 # day; the bound keeps a typo from allocating a seed list of billions.
 MAX_TRAIN_SEEDS = 1_000_000
+# Every seeded generator the build uses (torch, numpy, random) takes 0..2**32-1; 2**64 overflowed torch's after
+# ~30 s of work and left an empty targets/mini-seed-N behind.
+MAX_SEED = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -186,7 +200,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("mini_seed", "DFLASH_MINI_SEED", None, "training seed of the embedded mini target: another seed builds "
            "another, independent mini target (its own folder targets/mini-seed-N in the home, its own weights and "
            "artifact key); recorded in the target's metadata and benchmark.json", type=int, minimum=0,
-           cli="--mini-seed", default_text="none: the standard mini target (training seed 1234, targets/mini)",
+           maximum=MAX_SEED, cli="--mini-seed",
+           default_text="none: the standard mini target (training seed 1234, targets/mini)",
            commands=RUNS + ("bench", "export")),
     # The standard mini target is the shipped reference bundle (reference/); this builds it on this machine instead.
     Option("rebuild_mini", "DFLASH_REBUILD_MINI", False, "build the standard mini target on this machine (its own "

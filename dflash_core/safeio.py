@@ -133,6 +133,20 @@ def check_out_parent(out: Path, error: type[DFlashError]) -> None:
             return
 
 
+def check_writable_dir(path: Path, what: str, error: type[DFlashError], fix: str) -> None:
+    """`path` is a directory this user can write, or can be created as one: its nearest existing ancestor is a
+    writable directory. Checked before long work whose result lands there (a report folder under a file or on a
+    read-only mount failed only after the whole benchmark had run)."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise error(f"{what} {path}: {p} is not a directory: {fix}")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise error(f"{what} {path}: permission denied on {p} (read-only or not yours): {fix}")
+            return
+
+
 def finite(x: Any) -> bool:
     """A real number (not a bool) that is finite, and small enough to be a float."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):

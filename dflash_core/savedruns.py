@@ -10,7 +10,6 @@ types, bounds). It sits on the floor of `options.py`, not in `store/`, because t
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 from pytest_benchmark.storage.file import FileStorage
 
 from .errors import BadInputError, DFlashError, ReportInputError
+from .safeio import read_json
 
 RUN_ID = re.compile(r"^[0-9]{4}$")
 
@@ -166,27 +166,10 @@ def _from_rows(rows: list[tuple[Any, Any, Any]], where: str) -> tuple[tuple[int,
 def read_source(path: Path) -> Reused:
     """The choice recorded in a saved run or benchmark.json, checked as hostile input (no registry needed)."""
     where = str(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise _refuse(where, f"is {size} bytes; a saved run is at most {MAX_BYTES} bytes")
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise BadInputError(f"cannot read {where}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise _refuse(where, f"is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-
-    def no_const(c):
-        raise _refuse(where, f"holds the non-finite number {c}")
-
-    try:
-        doc = json.loads(text, parse_constant=no_const)
-    except RecursionError as exc:
-        raise _refuse(where, "nests too deeply") from exc
-    except ValueError as exc:
-        if isinstance(exc, BadInputError):
-            raise
-        raise _refuse(where, f"is not valid JSON ({exc})") from exc
+    # safeio.read_json: stat before open (a FIFO hung here forever, /dev/zero read until memory ran out), bounded
+    # size, UTF-8, no NaN, no 5,000-digit integer, bounded nesting
+    doc = read_json(path, "--calibration-from", BadInputError,
+                    "pass a saved run (.benchmarks/.../0001_*.json) or a benchmark.json written by this lab", MAX_BYTES)
     if not isinstance(doc, dict):
         raise _refuse(where, "is not a JSON object")
     if doc.get("schema") == CANONICAL:

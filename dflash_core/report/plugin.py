@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ..bench.budget import ACTIVITY_LEGS, REFERENCE_LEG_FACTOR, leg_seconds
+from ..errors import REPORT_UNWRITTEN, DFlashError, expected_failure
 from ..options import env_value
 from ..progress import eta_line
 
@@ -74,11 +75,26 @@ def pytest_benchmark_update_json(config, benchmarks, output_json):
     from .write import write_report
 
     doc = build_report([json.loads(json.dumps(output_json, default=str))], ["this run"])
-    out = write_report(doc, report_root(config))
+    try:
+        out = write_report(doc, report_root(config))
+    except (DFlashError, OSError) as exc:
+        # pytest-benchmark saves the run after this hook: raising here lost the whole benchmark's saved run
+        config.stash[_REPORT_FAILED] = True
+        sys.stderr.write(f"dflash report not written: {expected_failure(exc)}\n")
+        return
     config.stash[REPORT_PATH] = str(out)
 
 
 REPORT_PATH = pytest.StashKey[str]()
+_REPORT_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A run whose report could not be written ends with REPORT_UNWRITTEN (`bench` turns it into one error line);
+    pytest-benchmark's hook wrapper has saved the run by now."""
+    if session.config.stash.get(_REPORT_FAILED, False):
+        session.exitstatus = REPORT_UNWRITTEN
 
 
 def case_line(name: str, extra_info: dict, of: int | None = None) -> str | None:

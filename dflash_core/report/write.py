@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..errors import ReportInputError
-from ..store.artifacts import write_atomic
+from ..store.artifacts import remove_stale_parts, write_atomic_set
 from .build import DEVICE_RE
 from .html import render_index, render_report
 
@@ -30,6 +30,6 @@ def write_report(doc: dict, root: str | Path) -> Path:
     out = report_dir(root, doc.get("device"))
     files = render_all(doc)
     out.mkdir(parents=True, exist_ok=True)
-    for name, data in files.items():  # each file atomically; the pages embed the same document
-        write_atomic(out / name, data)
+    remove_stale_parts(out)  # what a writer killed mid-write left
+    write_atomic_set({out / name: data for name, data in files.items()})  # the three as one set
     return out

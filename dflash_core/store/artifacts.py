@@ -18,6 +18,7 @@ import os
 import platform
 import re
 import secrets
+import stat
 import sys
 import threading
 from contextlib import contextmanager
@@ -90,20 +91,72 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     like any other file the user writes; `tempfile.mkstemp` would force 0600 and hide reports from a web
     server or the host user of a container volume.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    write_atomic_set({Path(path): data})
+
+
+def _stage(path: Path, data: bytes) -> Path:
+    """`data` in a fsynced temp file beside `path` (removed again on any failure); an OSError names `path` (a
+    failed write has no file name of its own, and a full disk read "while writing a file")."""
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{PART_SUFFIX}"
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if os.path.lexists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
+    return tmp
+
+
+def write_atomic_set(files: dict[Path, bytes]) -> None:
+    """Write several files as one: every one is staged (fsynced) before the first is moved in, so a full disk or
+    a failure while writing any of them leaves all the previous files whole (a report's three files never mix
+    two runs that way; a kill between the renames, microseconds apart, still can)."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged.append((_stage(path, data), path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+        raise
+
+
+PART_SUFFIX = ".part"
+
+
+def remove_stale_parts(folder: Path) -> list[Path]:
+    """Remove the temp files (`.NAME.PID.HEX.part`) a killed writer left in `folder`: those whose process is gone.
+    A live writer's (another process writing the same folder now) stay."""
+    gone = []
+    for p in Path(folder).glob(f".*{PART_SUFFIX}"):
+        parts = p.name.split(".")
+        pid = parts[-3] if len(parts) >= 4 else ""
+        if not pid.isdigit() or _alive(int(pid)) or not stat.S_ISREG(os.lstat(p).st_mode):
+            continue
+        p.unlink(missing_ok=True)
+        gone.append(p)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
@@ -271,6 +324,20 @@ def _rank() -> int:
 _LOCK_DEPTH = threading.local()  # per thread: how deep each home's lock is held (recovery runs at depth 1 only)
 
 
+def check_lock_file(path: Path) -> None:
+    """The lock file is absent or a regular file of the home. A link (its target may lie outside the home), a FIFO
+    or a folder planted there made the lock fail to open, and the command then ran silently unlocked."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return  # absent (created on acquire) or an unreadable home: the read-only fallback below decides
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a link" if stat.S_ISLNK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+        raise ArtifactError(f"the home's lock {path} is {kind}, not the lab's lock file: remove it (the lab "
+                            "creates it again) and rerun")
+
+
 @contextmanager
 def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
     """Hold the home's lock (reentrant in one thread). A second process or thread waits for the holder,
@@ -284,6 +351,7 @@ def home_lock(home: str | Path | None = None, *, wait_message: str = ""):
         return
 
     path = home_lock_path(home)
+    check_lock_file(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path), is_singleton=True)

@@ -14,12 +14,14 @@ import logging
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 TARGET_DIR = "targets/mini"
 JOURNAL = "journal.json"
 STAGE_PREFIX = ".import-"
+MAX_JOURNAL_BYTES = 64 << 10  # the journal names at most two directories
 ARTIFACT_DIR = re.compile(r"^artifacts/[A-Za-z0-9._-]{1,24}-[0-9a-f]{16}$")
 
 log = logging.getLogger("dflash_core.prepare.bundle")  # the import's own log, where its warnings always were
@@ -58,9 +60,15 @@ def move_in(stage: Path, home: Path, rel: str, step: Callable[[str], None] = _no
 
 def _journal_dirs(stage: Path) -> list[str] | None:
     """The directories a stage's journal names (None: no readable journal, so no move had begun)."""
+    path = stage / JOURNAL
     try:
-        doc = json.loads((stage / JOURNAL).read_text("utf-8"))
-    except (OSError, ValueError):
+        # lstat before open: a FIFO planted here hung every command that takes the home's lock, and a link to
+        # /dev/zero read until memory ran out. Not our regular file: no journal, so the stage is rolled back.
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_JOURNAL_BYTES:
+            return None
+        doc = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError, RecursionError):
         return None
     dirs = doc.get("dirs") if isinstance(doc, dict) else None
     if not isinstance(dirs, list) or not all(isinstance(d, str) and (d == TARGET_DIR or ARTIFACT_DIR.match(d))

@@ -48,12 +48,15 @@ def read_prompt_file(path: str | Path) -> PromptFile:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInputError(f"{what} {p} is not UTF-8 text (byte {exc.start}): {FIX}") from None
-    rows = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
+    rows = [(i + 1, ln) for i, ln in enumerate(_lines(text)) if ln.strip()]
     prompts, tasks = [], []
     for n, line in rows:
         if len(prompts) >= MAX_PROMPTS:
             raise BadInputError(f"{what} {p} holds more than {MAX_PROMPTS} prompts: {FIX}")
         prompt, task = _jsonl_row(line, f"{what} {p} line {n}") if p.suffix == ".jsonl" else (line, DEFAULT_TASK)
+        if not _encodable(prompt):  # a JSON escape "\ud800": the tokenizer raised on it minutes later
+            raise BadInputError(f"{what} {p} line {n} holds a lone surrogate (an unpaired \\ud800-\\udfff escape), "
+                                f"not text: {FIX}")
         if len(prompt) > MAX_CHARS or not prompt.strip():
             raise BadInputError(f"{what} {p} line {n}: a prompt must have 1..{MAX_CHARS} characters: {FIX}")
         if prompt in prompts:
@@ -66,10 +69,26 @@ def read_prompt_file(path: str | Path) -> PromptFile:
     return PromptFile(str(p.resolve()), tuple(prompts), tuple(tasks))
 
 
+def _lines(text: str) -> list[str]:
+    """Lines split only at \\n and \\r\\n, as JSONL and a text file of prompts mean them. Why not `str.splitlines`:
+    it also splits at U+2028, U+2029, form feeds and other controls, which JSON strings may hold raw (valid JSONL
+    was refused) and which sit inside one line of text (one prompt was read as two)."""
+    lines = text.split("\n")
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _jsonl_row(line: str, where: str) -> tuple[str, str]:
     try:
         row = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, and int() of a 5,000-digit number
         raise BadInputError(f"{where} is not one JSON object ({str(exc)[:80]}): {FIX}") from None
     if not isinstance(row, dict) or set(row) - {"text", "task"} or not isinstance(row.get("text"), str):
         raise BadInputError(f"{where} must be an object with a string \"text\" and an optional \"task\" (and no other "

@@ -32,6 +32,17 @@ def test_a_text_file_is_one_prompt_per_line(tmp_path):
     assert pf.path == str(f.resolve())
 
 
+def test_only_newlines_split_a_prompt_file(tmp_path):
+    """U+2028, U+2029, form feeds and lone carriage returns are characters inside a line (JSON strings may hold
+    them raw); only \\n and \\r\\n end one."""
+    f = tmp_path / "p.txt"
+    f.write_text("one\u2028still one\x0cand\rone\r\ntwo\u2029two\n", encoding="utf-8")
+    assert read_prompt_file(f).prompts == ("one\u2028still one\x0cand\rone", "two\u2029two")
+    j = tmp_path / "p.jsonl"
+    j.write_bytes(b'{"text": "a\xe2\x80\xa8b\\fc"}\r\n{"text": "d"}\n')  # a raw U+2028 is valid JSON
+    assert read_prompt_file(j).prompts == ("a\u2028b\x0cc", "d")
+
+
 def test_a_jsonl_file_carries_tasks_and_line_breaks(tmp_path):
     f = tmp_path / "p.jsonl"
     f.write_text(json.dumps({"text": "Q: one?\nA:", "task": "qa"}) + "\n" + json.dumps({"text": "x = 1"}) + "\n")
@@ -52,6 +63,8 @@ def test_a_jsonl_file_carries_tasks_and_line_breaks(tmp_path):
     ("p.jsonl", b'{"text": "a", "task": "Chat Bot"}\n', "must match"),
     ("p.jsonl", b'{"text": "a", "task": 3}\n', "must match"),
     ("p.jsonl", b"[" * 100000 + b"\n", "not one JSON object"),
+    ("p.jsonl", b'{"text": "a\\ud800b"}\n', "lone surrogate"),
+    ("p.jsonl", b'{"text": "a", "n": ' + b"9" * 5000 + b"}\n", "not one JSON object"),
 ])
 def test_a_bad_prompt_file_is_one_error_naming_the_fix(tmp_path, name, content, needle):
     f = tmp_path / name

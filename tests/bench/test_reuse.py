@@ -84,7 +84,8 @@ def test_a_real_targets_budgeted_size_is_reused_whole(tmp_path):
     (b"\xff\xfe{}", "is not UTF-8"),
     (b'{"benchmarks": [], "dflash": {"settings": {"chosen": {"widths": [NaN]}}}}', "non-finite number NaN"),
     (b"[1, 2]", "is not a JSON object"),
-    (b"[" * 100000 + b"]" * 100000, "nests too deeply"),
+    (b"[" * 100000 + b"]" * 100000, "nests deeper"),
+    (b'{"benchmarks": [], "dflash": {"settings": {"chosen": {"widths": [' + b"9" * 5000 + b']}}}}', "not valid JSON"),
     (b'{"benchmarks": 3}', "neither a saved lab run"),
     (json.dumps(_with(widths=[4, True])).encode(), "not a verify width"),
     (json.dumps(_with(widths=[0, 4])).encode(), "not a verify width"),
@@ -118,8 +119,26 @@ def test_size_is_bounded_before_the_file_is_read(tmp_path, monkeypatch):
     p = _file(tmp_path, _saved())
     monkeypatch.setattr(savedruns, "MAX_BYTES", 100)
     monkeypatch.setattr(type(p), "read_bytes", lambda self: pytest.fail("read a file over the size bound"))
-    with pytest.raises(BadInputError, match="a saved run is at most 100 bytes"):
+    with pytest.raises(BadInputError, match="more than the 100-byte limit"):
         savedruns.read_source(p)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero"])
+def test_a_run_id_resolving_to_a_fifo_or_a_device_is_refused_before_it_is_opened(tmp_path, monkeypatch, kind):
+    """A glob or run id found in the storage folder may name a FIFO (open blocked forever) or a link to /dev/zero
+    (read until memory ran out): refused by its file type, before any read."""
+    import os
+
+    store = tmp_path / ".benchmarks" / "Linux-CPython"
+    store.mkdir(parents=True)
+    p = store / "0001_run.json"
+    if kind == "fifo":
+        os.mkfifo(p)
+    else:
+        p.symlink_to("/dev/zero")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BadInputError, match="FIFO, not a regular file" if kind == "fifo" else "a device"):
+        reuse.load_reused("0001")
 
 
 def _session(widths=(), block=16):

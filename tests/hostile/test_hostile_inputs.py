@@ -408,3 +408,60 @@ def test_export_drafter_names_a_full_disk_that_safetensors_reports(tmp_path, mon
     monkeypatch.setattr("transformers.PreTrainedModel.save_pretrained", full)
     with pytest.raises(BadInputError, match="no space left on device while writing"):
         drafter_format.export_drafter(d, tiny_config(TinySpec()), tmp_path / "out")
+
+
+# --- round three (issue 70): the report folder, the budget's bound ------------------------------------------------
+
+@pytest.mark.parametrize("where", ["under-a-file", "read-only"])
+def test_an_unwritable_report_folder_is_refused_before_the_benchmark(clean_env, recorders, monkeypatch, capsys,
+                                                                     tmp_path, where):
+    """DFLASH_REPORTS under a file or read-only: the benchmark ran every case, then the report raised."""
+    if where == "under-a-file":
+        (tmp_path / "f").write_text("a file")
+        monkeypatch.setenv("DFLASH_REPORTS", str(tmp_path / "f" / "reports"))
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root writes a read-only folder")
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        monkeypatch.setenv("DFLASH_REPORTS", str(ro / "reports"))
+    assert cli.main(["bench", "--smoke"]) == 2
+    assert "the report folder" in _one_error(capsys)
+    assert recorders["prepare"] == [] and recorders["child"] == []
+
+
+def test_a_report_that_cannot_be_written_after_the_run_is_one_error_and_keeps_the_saved_run(clean_env, recorders,
+                                                                                          monkeypatch, capsys,
+                                                                                          tmp_path):
+    from types import SimpleNamespace
+
+    from dflash_core.errors import REPORT_UNWRITTEN
+    from dflash_core.report import plugin
+
+    monkeypatch.setenv("DFLASH_REPORTS", str(tmp_path / "reports"))
+    # the plugin: a write that fails (a full disk) is caught, so pytest-benchmark still saves the run after it
+    config = SimpleNamespace(stash={plugin.SESSION_STASH: SimpleNamespace(lab_section=lambda: {"x": 1})})
+    monkeypatch.setattr("dflash_core.report.build.build_report", lambda docs, names: {"device": "cpu"})
+
+    def full(doc, root):
+        raise OSError(28, "No space left on device", str(tmp_path / "reports" / "cpu" / "report.html"))
+
+    monkeypatch.setattr("dflash_core.report.write.write_report", full)
+    plugin.pytest_benchmark_update_json(config, [], {"benchmarks": []})
+    assert "report.html" in capsys.readouterr().err
+    session = SimpleNamespace(config=config, exitstatus=0)
+    plugin.pytest_sessionfinish(session, 0)
+    assert session.exitstatus == REPORT_UNWRITTEN
+    # bench: that exit status is one error line naming the kept saved run
+    recorders["child_rc"] = REPORT_UNWRITTEN
+    assert cli.main(["bench", "--smoke"]) == 2
+    line = _one_error(capsys)
+    assert "saved run is kept" in line and "report could not be written" in line
+
+
+@pytest.mark.parametrize("value", ["1e308", "inf", "nan", "20000"])
+def test_a_budget_is_a_finite_bounded_number_of_minutes(clean_env, recorders, monkeypatch, capsys, value):
+    monkeypatch.setenv("DFLASH_BENCH_BUDGET", value)
+    assert cli.main(["bench", "--smoke"]) == 2
+    assert "DFLASH_BENCH_BUDGET" in _one_error(capsys)
+    assert recorders["child"] == []

@@ -198,7 +198,7 @@ def test_report_unwritable_or_full_out_is_named(tmp_path, capsys, monkeypatch, c
 
     monkeypatch.setattr(artifacts, "write_atomic", refuse)
     monkeypatch.setattr("dflash_core.report.__main__.write_atomic", refuse)
-    monkeypatch.setattr("dflash_core.report.write.write_atomic", refuse)
+    monkeypatch.setattr(artifacts, "_stage", refuse)  # the report's three files are staged as one set
     src = _write(tmp_path, "in.json", _saved(BASE))
     assert report_main([str(src), "--out", str(tmp_path / "r")]) == 2
     line = _one_error(capsys)

@@ -43,3 +43,20 @@ def test_the_cli_flag_is_checked_and_exported(monkeypatch, capsys):
         cli.build_parser().parse_args(["prepare", "--mini-seed", "-1"])
     cli._export_mini_seed(cli.build_parser().parse_args(["prepare", "--mini-seed", "5"]))
     assert env_value("mini_seed") == 5
+
+
+def test_a_seed_beyond_the_generators_range_is_refused_before_any_folder_exists(tmp_path, monkeypatch, capsys):
+    """--mini-seed 2**64 crashed after ~30 s of work and left an empty targets/mini-seed-N behind."""
+    from dflash_core import __main__ as cli
+
+    monkeypatch.setenv("DFLASH_MINI_SEED", "0")
+    monkeypatch.delenv("DFLASH_MINI_SEED")
+    monkeypatch.setattr(pipeline, "build_mini_target", lambda *a, **k: pytest.fail("built before the check"))
+    with pytest.raises(SystemExit) as exc:  # argparse's usage error: `prog: error: ...` and exit 2
+        cli.main(["prepare", "--home", str(tmp_path / "home"), "--mini-seed", str(2**64)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("error:") == 1 and "--mini-seed" in err and "<= 4294967295" in err
+    monkeypatch.setenv("DFLASH_MINI_SEED", str(2**64))
+    assert cli.main(["prepare", "--home", str(tmp_path / "home")]) == 2
+    assert "DFLASH_MINI_SEED" in capsys.readouterr().err
+    assert not (tmp_path / "home" / "targets").exists()
