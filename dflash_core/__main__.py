@@ -1,4 +1,4 @@
-"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,export,import,export-drafter}`.
+"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,report,compare,gate,export,import,export-drafter}`.
 
 stdout carries results only (with --json exactly one JSON document); progress and logs go to stderr.
 """
@@ -117,7 +117,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name in EXPORT_DRAFTER_OPTIONS:
         options.add_cli_option(x, name)
     x.add_argument("--out", required=True, help="directory to write (new or empty)")
+    for name, text in REPORT_COMMANDS.items():  # listed here; main() hands their arguments to dflash_core.report
+        sub.add_parser(name, help=text, add_help=False).add_argument("args", nargs=argparse.REMAINDER)
     return ap
+
+
+# The report's commands (dflash_core.report.__main__), reachable here too: one CLI, one console script.
+REPORT_COMMANDS = {
+    "report": "rebuild the report from saved runs (run ids such as 0001, files or globs; several are pooled)",
+    "compare": "compare two runs side by side: compare.html and compare.json",
+    "gate": "judge NEW against BASE: exit 0 no regression, 1 regression, 3 inconclusive",
+}
+
+
+def report_argv(argv: list[str]) -> list[str] | None:
+    """The argument list for `dflash_core.report.main` when `argv` names one of the report's commands, else None
+    (`report ...` is the report's own first form; `compare` and `gate` keep their name)."""
+    if not argv or argv[0] not in REPORT_COMMANDS:
+        return None
+    return list(argv[1:]) if argv[0] == "report" else list(argv)
 
 
 def _optional(**kw) -> dict:
@@ -441,7 +459,13 @@ def main(argv: list[str] | None = None) -> int:
     a full disk and absurdly nested input all end as one `error:` line and exit 2, never a traceback (whose
     exit status 1 would read as a failed exactness gate).
     """
-    a = build_parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    rest = report_argv(args)
+    if rest is not None:
+        from .report.__main__ import main as report_main  # its own parsers, exit codes and error boundary
+
+        return report_main(rest)
+    a = build_parser().parse_args(args)
     _export_mini_seed(a)
     return guarded(_dispatch, a)
 

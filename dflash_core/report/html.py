@@ -216,6 +216,15 @@ def _group_rule(doc: dict) -> str:
             f"G2: {rk.get('not_claimed') or ''}")
 
 
+def smoke_banner(doc: dict) -> str:
+    """The label of a `--smoke` run on every page (1 prompt, 8 tokens, 1 round: it checks that the pipeline runs, it
+    measures nothing worth quoting); '' for a real run."""
+    if (doc.get("settings") or {}).get("smoke") is not True:
+        return ""
+    return ("<div class=banner id=smoke-banner><b>Smoke run.</b> --smoke: one prompt, 8 tokens, one round: this "
+            "checks that the pipeline runs end to end; its figures are not measurements.</div>")
+
+
 def noise_banner(doc: dict) -> str:
     """The banner shown when the run's noise figure is above its threshold, else ''."""
     n = doc.get("noise") or {}
@@ -691,7 +700,7 @@ def render_report(doc: dict) -> str:
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab — {_e(tgt.get('name', ''))}
 on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · {_aa_header(doc)} ·
 <a href="index.html">mechanism explorer</a> · <a href="benchmark.json">benchmark.json</a></div></header><main>
-{headline_html(doc)}{noise_banner(doc)}
+{smoke_banner(doc)}{headline_html(doc)}{noise_banner(doc)}
 <div class=kpi><div>normal tok/s<b>{_f(normal.get('tokens_per_second'), 1)}</b></div>
 {_group_kpi(doc)}<div>ranking width<b>{_e(rk.get('width') if rk.get('width') is not None else '–')}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
@@ -751,7 +760,7 @@ def render_index(doc: dict) -> str:
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab · {_e(doc['device'])}</h1>{_run_info(doc)}
 <div class=muted>{'<span class=ok>all methods exact</span>' if ok else '<span class=bad>exactness gate failed</span>'}
  · {_aa_header(doc)} · <a href="report.html">full report</a> · <a href="benchmark.json">benchmark.json</a></div>
-</header><main>{headline_html(doc)}{noise_banner(doc)}
+</header><main>{smoke_banner(doc)}{headline_html(doc)}{noise_banner(doc)}
 <h2>Mechanism explorer</h2><p class=muted>Replays real block traces recorded in this run (first prompt): the prompt,
 the text generated before the round, then the draft, the accepted prefix (green), the first rejected draft (red), and
 the committed correction (amber) or bonus token (blue) from the same target forward.</p>
