@@ -251,3 +251,40 @@ def test_a_goal_is_met_only_on_its_lower_limit():
     doc["leader"] = {"method": "a"}
     g = {x["id"]: x for x in goals(doc)}["speedup"]
     assert g["ok"] is None and g["point"] == 3.1 and "5 needed" in g["note"]
+
+
+# --- impossible rounds (issue 69) ------------------------------------------------------------------------------
+
+def test_an_injected_impossible_round_is_flagged_shown_and_kept_out_of_the_groups():
+    """A 17.77x round of dspark_lite at width 3 (the run's own bound there is ~2.4x), a 0.06x round against dflash
+    and a 0.01x one at the ranking width: each flagged with their limit, counted, shown on the page, left out of the case's median and interval and
+    of the rounds the ranking names groups with; the saved rows keep them."""
+    from dflash_core.report.html import render_index, render_report
+
+    from .report_data import rich_saved
+
+    clean = build_report([rich_saved()], ["r"])
+    s = rich_saved()
+    def extra(mid, w):
+        return next(b["extra_info"] for b in s["benchmarks"]
+                    if b["extra_info"].get("method") == mid and b["extra_info"].get("width") == w)
+
+    extra("dspark_lite", 3)["speedup_rounds"][2] = 17.77
+    extra("mobs", 3)["vs_baseline_rounds"][1] = 0.06
+    extra("dspark_lite", 15)["vs_baseline_rounds"][4] = 0.01  # at the ranking width: a stalled leg
+    doc = build_report([s], ["r"])
+    imp = doc["impossible"]
+    assert imp["count"] == 3, imp
+    assert {(f["case"], f["statistic"], f["round"], f["side"]) for f in imp["rounds"]} == {
+        ("dspark_lite-w3", "speedup_rounds", 2, "above"), ("mobs-w3", "vs_baseline_rounds", 1, "below"),
+        ("dspark_lite-w15", "vs_baseline_rounds", 4, "below")}
+    w3 = doc["methods"]["dspark_lite"]["rows"]["3"]
+    assert w3["speedup_rounds"][2] == 17.77 and w3["impossible"]["speedup_rounds"] == [2]  # the record stays whole
+    assert w3["speedup_ci"][1] < 3 and w3["speedup"] < 3  # the statistics do not see it
+    assert doc["ranking"]["rounds"]["dspark_lite"] == clean["ranking"]["rounds"]["dspark_lite"] - 1
+    assert doc["methods"]["dspark_lite"]["best"]["vs_baseline_ci"][0] > 0.5
+    assert any("3 round(s) beyond what the run can physically reach" in x for x in doc["limitations"])
+    page = render_report(doc)
+    assert "Impossible rounds (3)" in page and page.count("<tr class=impossible>") == 3 and "17.770×" in page
+    assert "3 round(s) beyond what the run can physically reach" in render_index(doc)
+    assert clean["impossible"]["count"] == 0  # the rich run itself holds none

@@ -461,6 +461,27 @@ def _speedup_chart(doc: dict) -> str:
             'dflash\'s; dashed: 1× (normal)</p>')
 
 
+def impossible_section(doc: dict) -> str:
+    """The rounds flagged as beyond what the run can physically reach (report.impossible), each with its limit; they
+    are kept in the saved rows and left out of every statistic that names groups."""
+    imp = doc.get("impossible") if isinstance(doc.get("impossible"), dict) else {}
+    rounds = [r for r in imp.get("rounds") or [] if isinstance(r, dict)]
+    head = f"<h2>Impossible rounds ({len(rounds)})</h2>"
+    rule = f"<p class=muted>Rule: {_e(imp.get('rule') or '')}.</p>" if imp else ""
+    if not rounds:
+        return head + "<p class=muted id=impossible-none>no round lies beyond what the run can reach.</p>" + rule
+    label = {"speedup_rounds": "speedup over greedy", "vs_baseline_rounds": "ratio against dflash"}
+    rows = "".join(
+        f"<tr class=impossible><td>{_e(r.get('case'))}</td><td>{_e(label.get(r.get('statistic'), r.get('statistic')))}"
+        f"</td><td>{_e(r.get('round', 0) + 1 if isinstance(r.get('round'), int) else '?')}</td>"
+        f"<td class=bad>{_f(r.get('value'))}×</td><td>{_e('above the bound' if r.get('side') == 'above' else 'below the floor')}"
+        f" {_f(r.get('limit'))}× (allowance ×{_f(imp.get('allowance'), 2)})</td></tr>" for r in rounds)
+    return (head + "<table id=impossible-table><tr><th>case</th><th>statistic</th><th>round</th><th>value</th>"
+            f"<th>limit</th></tr>{rows}</table><p class=muted>These rounds are kept in benchmark.json (each row's "
+            "<code>impossible</code> lists their indices) and left out of the medians, intervals, ranking groups and "
+            f"the gate.</p>{rule}")
+
+
 def _goals_table(doc: dict) -> str:
     status = {True: "<span class=ok>met</span>", False: "<span class=bad>missed</span>",
               None: "<span class=tie>undetermined</span>"}
@@ -710,6 +731,7 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
 <h2>Ranking (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
+{impossible_section(doc)}
 <h2>By task family (width shown per method)</h2>{task_table(doc)}
 {_figures(doc)}
 <h2>Reference rows (same run)</h2>{_refs_table(doc)}
