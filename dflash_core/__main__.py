@@ -408,10 +408,14 @@ def cmd_bench(a) -> int:
 
 
 def _headline_of(benchmark_json: Path) -> str:
-    """The report's one-sentence finding (benchmark.json `headline`), as the terminal's last line."""
-    doc = read_json(benchmark_json, "report", BadInputError, "rebuild it with python -m dflash_core.report SAVED")
+    """The report's finding for the terminal: its detail sentence (benchmark.json `headline`), then its answer
+    (`answer`: the leader's speedup over greedy with its interval, the width, the target, what the noise allows) as
+    the very last line, where a reader's eye lands after pytest-benchmark's tables."""
+    doc = read_json(benchmark_json, "report", BadInputError, "rebuild it with python -m dflash_core report SAVED")
     text = doc.get("headline") if isinstance(doc, dict) else None
-    return f"dflash headline: {text}" if isinstance(text, str) else "dflash headline: none (the report has none)"
+    ans = doc.get("answer") if isinstance(doc, dict) else None
+    detail = f"dflash headline: {text}\n" if isinstance(text, str) else ""
+    return detail + (f"dflash answer: {ans}" if isinstance(ans, str) else "dflash answer: none (the report has none)")
 
 
 def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:

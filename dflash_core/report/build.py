@@ -24,7 +24,7 @@ from ..stats.summary import median_interval, quartiles
 from ..store.data import TASK_RE
 from .costs import apply_cost_model
 from .goals import goals
-from .headline import headline
+from .headline import answer, headline
 from .impossible import flag_impossible
 from .match import different_prompts, require_same_setup, saved_setup
 from .ranking import build_ranking, preliminary_noise
@@ -515,4 +515,5 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
                            "groups")
     doc["goals"] = goals(doc)
     doc["headline"] = headline(doc)
+    doc["answer"] = answer(doc)
     return doc

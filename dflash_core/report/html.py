@@ -10,7 +10,7 @@ import json
 import re
 
 from . import plots
-from .headline import headline
+from .headline import answer, headline
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:0;background:#0f1419;color:#e6e6e6}
@@ -39,7 +39,8 @@ figcaption{max-width:560px} svg.plot .axis-label{fill:#9fb3c8} svg.plot .panel-t
 svg.plot g.series:hover path{stroke-width:3} svg.plot g.key text{fill:#c8d3de}
 .prompt{font-family:monospace;white-space:pre-wrap;color:#e6e6e6;background:#17202a;border:1px solid #2b3a4a;
 border-radius:6px;padding:6px 10px;margin:6px 3px;max-height:9em;overflow:auto}
-.headline{font-size:16px;margin:14px 0 4px;line-height:1.4}
+.headline{font-size:14px;margin:6px 0 4px;line-height:1.4;color:#c8d3de}
+.answer{font-size:19px;font-weight:600;margin:14px 0 4px;line-height:1.4}
 """
 
 
@@ -236,10 +237,13 @@ def noise_banner(doc: dict) -> str:
 
 
 def headline_html(doc: dict) -> str:
-    """The finding in one sentence (report.headline) and what the run lacks, first on both pages."""
+    """The answer in one line (report.headline.answer: the number), then the finding's detail in one sentence and
+    what the run lacks, first on both pages."""
     lim = doc.get("limitations") or []
     more = ("<ul class=muted id=limitations>" + "".join(f"<li>{_e(x)}</li>" for x in lim) + "</ul>") if lim else ""
-    return f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}"
+    ans = doc.get("answer") if isinstance(doc.get("answer"), str) else answer(doc)
+    return (f"<p class=answer id=answer>{_e(ans)}</p>"
+            f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}")
 
 
 def activity_label(m: dict) -> str:
