@@ -722,3 +722,33 @@ def test_each_caption_names_the_statistic_it_draws():
             if mid != "normal"]
     assert [(doc["methods"][mid]["best"]["rank_group"], -doc["methods"][mid]["best"]["vs_baseline"])
             for mid in order[:-1]] == sorted(keys)
+
+
+def test_table_bars_order_and_chart_come_from_one_statistic():
+    """The ranking table is ordered by the ranking's statistic (the ratio against dflash at the ranking width), so
+    its bars and the chart's bars show that statistic too, never a 3-round speedup: within a rank group the bars
+    shrink down the table, and the chart draws each method's vs_baseline median."""
+    import re
+
+    from .report_data import rich_saved
+
+    doc = build_report([rich_saved()], ["r"])
+    page = render_report(doc)
+    table = page.split("id=methods-table", 1)[1].split("</table>", 1)[0]
+    rows = [r for r in table.split("<tr")[2:] if 'data-method="normal"' not in r]
+    widths, groups = [], []
+    for r in rows:
+        mid = re.search(r'data-method="([a-z0-9_]+)"', r).group(1)
+        vs_cell = r.split("<td class=vs>", 1)[1].split("</td>", 1)[0]
+        speed_cell = r.split("<td class=speedup>", 1)[1].split("</td>", 1)[0]
+        assert "class=\"bar" in vs_cell and "class=\"bar" not in speed_cell, mid
+        widths.append(int(re.search(r"width:([0-9]+)px", vs_cell).group(1)))
+        groups.append(doc["methods"][mid]["best"]["rank_group"])
+    for g in set(groups):
+        ws = [w for w, gg in zip(widths, groups) if gg == g]
+        assert ws == sorted(ws, reverse=True), (g, ws)
+    chart = page.split("id=speedup-chart", 1)[1].split("</svg>", 1)[0]
+    assert 'data-statistic="vs_baseline"' in chart
+    drawn = [float(x) for x in re.findall(r"<title>[a-z0-9_]+: ([0-9.]+)x, interval", chart)]
+    order = [re.search(r'data-method="([a-z0-9_]+)"', r).group(1) for r in rows]
+    assert drawn == [round(doc["methods"][m]["best"]["vs_baseline"], 3) for m in order]

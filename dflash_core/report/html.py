@@ -324,16 +324,35 @@ def _ci_text(ci) -> str:
     return f"[{_f(ci[0])}–{_f(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
 
 
+def ranked_statistic(doc: dict, b: dict) -> tuple[float, list | None, str]:
+    """The statistic a method is ordered by, with its interval and its name: the median ratio against dflash at the
+    ranking width where the run ranked by it, else the speedup over greedy. The table's order, its bars and the
+    chart all read this one function, so a bar never shows another statistic than the order it sits in."""
+    est = ((doc.get("ranking") or {}).get("rounds") or {}) and b.get("vs_baseline")
+    if isinstance(est, (int, float)) and not isinstance(est, bool):
+        return float(est), b.get("vs_baseline_ci"), "vs_baseline"
+    return float(b["speedup"]), b.get("speedup_ci"), "speedup"
+
+
 def ranking_order(doc: dict, kv) -> tuple:
-    """Sort key of the ranking table and chart: rank group, then the ranking's own statistic (the median ratio
-    against dflash at the ranking width where the run ranked by it, else the speedup over greedy); normal, the
-    baseline of every speedup, last."""
+    """Sort key of the ranking table and chart: rank group, then the ranking's own statistic (ranked_statistic);
+    normal, the baseline of every speedup, last."""
     mid, m = kv
     b = m["best"]
     g = b.get("rank_group")
-    est = ((doc.get("ranking") or {}).get("rounds") or {}) and b.get("vs_baseline")
-    stat = est if isinstance(est, (int, float)) and not isinstance(est, bool) else b["speedup"]
-    return (mid == "normal", g if isinstance(g, int) else 10**6, -stat, mid)
+    return (mid == "normal", g if isinstance(g, int) else 10**6, -ranked_statistic(doc, b)[0], mid)
+
+
+def _bar(value: float, top: float, base: float = 1.0) -> str:
+    """A bar of `value` on a scale to `top`; green at or above `base` (1x: greedy, or dflash for the ratio)."""
+    cls = "win" if value >= base else "lose"
+    return f'<span class="bar {cls}" style="width:{int(80 * max(0.0, value) / top)}px"></span>'
+
+
+def _bar_cell(doc: dict, b: dict, statistic: str, top: float) -> str:
+    """The bar for a cell of the column that holds the ranking's statistic (ranked_statistic), else nothing."""
+    value, _, name = ranked_statistic(doc, b)
+    return _bar(value, top) + " " if name == statistic else ""
 
 
 def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
@@ -341,14 +360,12 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
     toggle (a checkbox; no script), every header one or two words with its full meaning in a tooltip."""
     rows = []
     win = (doc.get("winner") or {}).get("method")
-    mx = max([m["best"]["speedup"] for m in doc["methods"].values()] + [1.0])
+    mx = max([ranked_statistic(doc, m["best"])[0] for mid, m in doc["methods"].items() if mid != "normal"] + [1.0])
 
     for mid, m in sorted(doc["methods"].items(), key=lambda kv: ranking_order(doc, kv)):
         b = m["best"]
         r = m["rows"][str(b["width"])]
         grp = b.get("rank_group")
-        cls = "win" if b["speedup"] >= 1 else "lose"
-        bar = f'<span class="bar {cls}" style="width:{int(80 * b["speedup"] / mx)}px"></span>'
         ex = '<span class="ok">exact</span>' if m["exact"] else '<span class="bad">DIVERGED</span>'
         ties = (r.get("verdicts") or {}).get("tie", 0)
         if ties:
@@ -365,9 +382,9 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
                f"noise plot), not a speedup\">A/A {_f(b['speedup'])}× <span class=ci>"
                f"{_ci_text(b.get('speedup_ci'))} {_coverage(b.get('speedup_ci_label'))}</span></td>"
                if mid == "normal" else
-               f"<td class=speedup>{bar} {_f(b['speedup'])}× <span class=ci>{_ci_text(b.get('speedup_ci'))} "
-               f"{_coverage(b.get('speedup_ci_label'))}</span></td>")
-            + f"<td class=vs>{_vs_cell(b)}</td>"
+               f"<td class=speedup>{_bar_cell(doc, b, 'speedup', mx)}{_f(b['speedup'])}× <span class=ci>"
+               f"{_ci_text(b.get('speedup_ci'))} {_coverage(b.get('speedup_ci_label'))}</span></td>")
+            + f"<td class=vs>{'' if mid == 'normal' else _bar_cell(doc, b, 'vs_baseline', mx)}{_vs_cell(b)}</td>"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"{_activity_summary(m, b)}<td>{ex}</td>"
             f"<td class=more>{_f(b['tokens_per_second'], 1)}</td>"
@@ -434,35 +451,46 @@ def _ratio_cell(b: dict) -> str:
 
 
 def _speedup_chart(doc: dict) -> str:
-    """Inline SVG: best-width speedup per method with its order-statistic interval and rank group, in the ranking's
-    order, and the 1x line (normal)."""
+    """Inline SVG: each method's ranking statistic (ranked_statistic: its ratio against dflash at the ranking width
+    where the run ranked by it, else its speedup over greedy) with its interval and rank group, in the ranking's
+    order, and the 1x line (dflash, or normal): the bars, the order and the groups from one statistic."""
     ms = [kv for kv in sorted(doc["methods"].items(), key=lambda kv: ranking_order(doc, kv)) if kv[0] != "normal"]
     if not ms:
         return ""
-    ci = {mid: (m["best"].get("speedup_ci") or [m["best"]["speedup"]] * 2) for mid, m in ms}
-    hi = max([max(m["best"]["speedup"], ci[mid][1]) for mid, m in ms] + [1.0]) * 1.08
+    stat = {mid: ranked_statistic(doc, m["best"]) for mid, m in ms}
+    name = next(iter(stat.values()))[2]
+    ci = {mid: (v[1] if isinstance(v[1], list) and len(v[1]) == 2 else [v[0], v[0]]) for mid, v in stat.items()}
+    hi = max([max(stat[mid][0], ci[mid][1]) for mid, _ in ms] + [1.0]) * 1.08
     row, left, width = 18, 270, 520  # left: room for "<id> w<w> G<n> (inactive here)"
     x = lambda v: left + width * v / hi  # noqa: E731
     parts = [f'<line x1="{x(1):.1f}" y1="0" x2="{x(1):.1f}" y2="{row * len(ms)}" stroke="#8a9aab" '
              'stroke-dasharray="3,3"/>']
+    rk = doc.get("ranking") or {}
     for i, (mid, m) in enumerate(ms):
         b, y = m["best"], i * row
-        col = "#5fd38d" if b["speedup"] >= 1 else "#ff8c6b"
+        v = stat[mid][0]
+        w = rk.get("width") if name == "vs_baseline" else b["width"]
+        col = "#5fd38d" if v >= 1 else "#ff8c6b"
         lo, up = ci[mid]
         grp = "" if b.get("rank_group") is None else f" G{_e(b['rank_group'])}"
         if activity_label(m).startswith("inactive"):
             grp += " (inactive here)"
-        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(b["width"])}{grp}</text>'
-                     f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(b["speedup"]) - left):.1f}" height="12" '
-                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, interval {_f(lo)}–{_f(up)}{grp}</title></rect>'
+        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(w)}{grp}</text>'
+                     f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(v) - left):.1f}" height="12" '
+                     f'fill="{col}"><title>{_e(mid)}: {_f(v)}x, interval {_f(lo)}–{_f(up)}{grp}</title></rect>'
                      f'<line class=ci x1="{x(max(lo, 0)):.1f}" y1="{y + 9}" x2="{x(up):.1f}" y2="{y + 9}" '
-                     f'stroke="#e6e6e6"/><text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(b["speedup"], 2)}×</text>')
+                     f'stroke="#e6e6e6"/><text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(v, 2)}×</text>')
     h = row * len(ms) + 4
-    return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
+    what = (f"median ratio against plain {_e(rk.get('baseline') or 'dflash')} at the ranking width {_e(rk.get('width'))} "
+            "(paired per round over the ranking rounds: the statistic the order and the groups come from); dashed: "
+            "1× (as fast as dflash)" if name == "vs_baseline" else
+            "median paired speedup over greedy at the width shown; dashed: 1× (normal)")
+    return (f'<svg id=speedup-chart data-statistic="{name}" role=img aria-label="ranking statistic per method" '
+            f'width="{left + width + 70}" height="{h}" '
             f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
-            '<p class=muted>bar: median paired speedup at the width shown; whisker: its order-statistic interval of '
-            'the median (95 % from 6 rounds; below that the min-max, with its coverage in the table); G<i>n</i>: rank group (see the methods table\'s note); inactive here: the draft never differed from '
-            'dflash\'s; dashed: 1× (normal)</p>')
+            f'<p class=muted>bar: {what}; whisker: its order-statistic interval of '
+            'the median (95 % from 6 rounds; below that the min-max, with its coverage in the table); G<i>n</i>: rank '
+            'group (see the methods table\'s note); inactive here: the draft never differed from dflash\'s</p>')
 
 
 def impossible_section(doc: dict) -> str:
