@@ -1,4 +1,5 @@
-"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,report,compare,gate,export,import,export-drafter}`.
+"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,report,compare,gate,export,import,
+export-drafter}`.
 
 stdout carries results only (with --json exactly one JSON document); progress and logs go to stderr.
 """

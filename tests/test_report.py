@@ -706,7 +706,7 @@ def test_each_caption_names_the_statistic_it_draws():
     left = vc.split('data-series="verify cost"', 1)[1].split("</g>", 1)[0]
     assert left.count('class=pt ') == 2
     cap = _caption(page, "plot-verify-cost")
-    assert "drawn only at the widths the loop timed (2, 3)" in cap
+    assert "a point at each width the loop timed (2, 3)" in cap and "hollow points for the isolated curve" in cap
     assert "At width 3 the measured oracle lies above" in cap
     # normal against itself: the A/A figure
     table = _Table(page)
@@ -752,3 +752,68 @@ def test_table_bars_order_and_chart_come_from_one_statistic():
     drawn = [float(x) for x in re.findall(r"<title>[a-z0-9_]+: ([0-9.]+)x, interval", chart)]
     order = [re.search(r'data-method="([a-z0-9_]+)"', r).group(1) for r in rows]
     assert drawn == [round(doc["methods"][m]["best"]["vs_baseline"], 3) for m in order]
+
+
+# Okabe & Ito (2008), "Color Universal Design": the eight colours (black, invisible on the dark page, as a light
+# grey), and a lighter blue of the same hue
+OKABE_ITO = {"#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#3D8FD1", "#D55E00", "#CC79A7", "#BBBBBB"}
+
+
+def test_no_two_methods_look_alike_and_the_palette_is_colour_blind_safe():
+    """Fifteen methods, eight Okabe-Ito colours: the second eight draw dashed lines with hollow markers, so every
+    method's (colour, dash, marker) is its own, in every per-method plot and its legend."""
+    import re
+
+    from dflash_core.report.plots import PALETTE
+
+    doc = _rich()
+    page = render_report(doc)
+    for pid in ("plot-speedup-width", "plot-tokens-per-call", "plot-acceptance-position"):
+        svg = page.split(f'<svg id="{pid}"', 1)[1].split("</svg>", 1)[0]
+        looks = {}
+        for g in svg.split("<g class=series")[1:]:
+            name = re.search(r'data-series="([^"]+)"', g).group(1)
+            colour = re.search(r'stroke="(#[0-9A-Fa-f]{6})"', g).group(1)
+            dash = re.search(r'stroke-dasharray="([0-9,]+)"', g.split("<circle", 1)[0])
+            hollow = 'fill="#0f1419" stroke=' in g.split("<circle", 1)[1]
+            looks[name] = (colour, dash.group(1) if dash else "", hollow)
+        assert len(looks) == len(doc["methods"]) - 1 and len(set(looks.values())) == len(looks), (pid, looks)
+        assert {c for c, _, _ in looks.values()} <= set(PALETTE) <= OKABE_ITO
+        keys = re.findall(r'<g class=key data-key="([^"]+)">', svg)
+        assert keys[:len(looks)] == list(looks)  # the legend shows each series as it is drawn
+
+
+def test_the_verify_cost_plot_draws_the_measured_points_and_the_fitted_curve_to_the_block_size():
+    """The loop's fitted curve as a line over every width it holds (to the block size), its value as a point only at
+    the widths the loop timed, and the isolated curve's measured points at every width it was measured."""
+    import re
+
+    doc = _rich()
+    fitted = doc["verify_cost"]["ratio"]
+    iso = doc["verify_cost"]["isolated"]["ratio"]
+    assert len(iso) == 16 and len(fitted) >= 15
+    svg = render_report(doc).split('<svg id="plot-verify-cost"', 1)[1].split("</svg>", 1)[0]
+    curve = re.search(r'<g class=curve data-curve="fitted curve \(loop\), to the block size" data-points="([0-9]+)"',
+                      svg)
+    assert curve and int(curve.group(1)) == len(fitted)
+    points = svg.split('data-series="isolated (measured)"', 1)[1].split("</g>", 1)[0]
+    assert [float(y) for y in re.findall(r'class=pt data-x="[0-9]+" data-y="([0-9.]+)"', points)] == \
+        pytest.approx([iso[w] for w in sorted(iso, key=int)], abs=1e-4)
+
+
+def test_the_width_plot_shows_every_width_the_width_choice_evaluated_and_each_methods_own():
+    """The matrix times a few widths; the width choice priced every width on calibration prompts: the plot draws that
+    model curve over all of them (its x axis holds every width), and rings each method's own width where the run
+    records one (settings.method_widths)."""
+    import re
+
+    doc = _rich()
+    doc["settings"]["width_choice"] = {"rule": "r", "table": [{"width": w, "model_speedup": 1 + 0.1 * w}
+                                                              for w in range(1, 17)]}
+    doc["settings"]["method_widths"] = {"dflash": {"selected": 7}, "mobs": {"selected": 15}}
+    svg = render_report(doc).split('<svg id="plot-speedup-width"', 1)[1].split("</svg>", 1)[0]
+    assert 'data-curve="dflash, cost model on calibration prompts" data-points="16"' in svg
+    ticks = re.findall(r'text-anchor="middle">([0-9]+)</text>', svg)
+    assert [int(t) for t in ticks] == list(range(1, 17))
+    assert re.findall(r'<circle class=own-width data-method="([a-z_]+)" data-x="([0-9]+)"', svg) == [
+        ("dflash", "7"), ("mobs", "15")]

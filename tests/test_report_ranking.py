@@ -257,8 +257,8 @@ def test_a_goal_is_met_only_on_its_lower_limit():
 
 def test_an_injected_impossible_round_is_flagged_shown_and_kept_out_of_the_groups():
     """A 17.77x round of dspark_lite at width 3 (the run's own bound there is ~2.4x), a 0.06x round against dflash
-    and a 0.01x one at the ranking width: each flagged with their limit, counted, shown on the page, left out of the case's median and interval and
-    of the rounds the ranking names groups with; the saved rows keep them."""
+    and a 0.01x one at the ranking width: each flagged with its limit, counted, shown on the page, left out of the
+    case's median and interval and of the rounds the ranking names groups with; the saved rows keep them."""
     from dflash_core.report.html import render_index, render_report
 
     from .report_data import rich_saved

@@ -510,9 +510,9 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     }
     if impossible["count"]:
         cases = sorted({f["case"] for f in impossible["rounds"]})
-        limitations.append(f"{impossible['count']} round(s) beyond what the run can physically reach ({', '.join(cases)}"
-                           "): flagged, shown under 'Impossible rounds' and left out of every statistic that names "
-                           "groups")
+        limitations.append(f"{impossible['count']} round(s) beyond what the run can physically reach "
+                           f"({', '.join(cases)}): flagged, shown under 'Impossible rounds' and left out of every "
+                           "statistic that names groups")
     doc["goals"] = goals(doc)
     doc["headline"] = headline(doc)
     doc["answer"] = answer(doc)

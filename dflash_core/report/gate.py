@@ -16,8 +16,9 @@ width present in BASE:
   median dropped by more than `speedup_drop`; so two runs of one model gate as a speed regression in at most 5 %
   of pairs (95 % joint), and a 3-round fluke gives a wide interval, not a regression.
 * "no regression" only where the interval can see the threshold: its lower end above 1 - `speedup_drop`, so a drop
-  of that size is ruled out, with at least `CLEAR_ROUNDS` rounds in each run. An interval that reaches below it without being a regression is "inconclusive" (two
-  3-round runs: about [-90 %, +1000 %]), never "no regression": a gate that cannot see a 5 % drop says so.
+  of that size is ruled out, with at least `CLEAR_ROUNDS` rounds in each run. An interval that reaches below it
+  without being a regression is "inconclusive" (two 3-round runs: about [-90 %, +1000 %]), never "no regression": a
+  gate that cannot see a 5 % drop says so.
 
 `judge` returns plain data (a verdict and its reasons per row: regression / no regression / inconclusive / not
 judged, and `baseline` for normal, whose speed is every speedup's denominator); the CLI prints how many of each and

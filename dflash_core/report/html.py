@@ -696,9 +696,10 @@ def _verify_caption(doc: dict) -> str:
     measured = plots.measured_verify_widths(doc)
     over = plots.bound_exceeded(doc)
     oracle = [r.get("speedup_ci_label") for k, r in (doc.get("references") or {}).items() if k.startswith("oracle-w")]
-    text = ("Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps, the isotonic fit of the decode loop's "
-            "own verify forwards, drawn only at the widths the loop timed"
-            + (f" ({', '.join(map(str, measured))})" if measured else "") + ". Right: the model bound, the speedup a "
+    text = ("Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps: the isotonic fit of the decode loop's "
+            "own verify forwards as a line to the block size, a point at each width the loop timed"
+            + (f" ({', '.join(map(str, measured))})" if measured else "") + ", and hollow points for the isolated "
+            "curve (test_verify_cost: every width, measured at one context). Right: the model bound, the speedup a "
             "perfect, free drafter would reach (greedy's loop time over the speculative prefill plus the oracle's "
             "round schedule priced on that fitted curve), against the oracle rows (replayed greedy drafts, measured; "
             "whisker: " + plots.interval_caption(oracle) + "): the gap is what drafting and the loop cost.")
