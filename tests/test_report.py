@@ -817,3 +817,26 @@ def test_the_width_plot_shows_every_width_the_width_choice_evaluated_and_each_me
     assert [int(t) for t in ticks] == list(range(1, 17))
     assert re.findall(r'<circle class=own-width data-method="([a-z_]+)" data-x="([0-9]+)"', svg) == [
         ("dflash", "7"), ("mobs", "15")]
+
+
+def test_the_peer_row_stands_beside_the_labs_dflash_at_its_width_on_both_pages():
+    """transformers' DFlash row shows its measured width and tokens per target call, with and without the prefill
+    call (vLLM's acceptance length), beside the lab's dflash at that same width, on report.html and index.html."""
+    from dflash_core.report.html import render_index
+
+    from .report_data import rich_saved
+
+    s = rich_saved()
+    s["benchmarks"].append({"name": "test_reference[dflash_transformers-cpu]", "fullname": "x", "stats": {},
+                            "extra_info": {"reference": "dflash_transformers", "device": "cpu",
+                                           "tokens_per_second": 150.0, "speedup": 1.4, "speedup_iqr": 0.1,
+                                           "speedup_rounds": [1.3, 1.4, 1.5], "exact": True, "verdicts": {"exact": 1},
+                                           "target_calls": 40, "new_tokens": 192, "prompts": 4,
+                                           "tokens_per_target_call": 4.8, "width": 15}})
+    doc = build_report([s], ["r"])
+    ours = doc["methods"]["dflash"]["rows"]["15"]
+    for page in (render_report(doc), render_index(doc)):
+        table = page.split("id=peer-table>", 1)[1].split("</table>", 1)[0]
+        peer, lab = table.split("<tr>")[2:4]
+        assert "dflash_transformers (peer)</td><td>15</td><td>4.80</td><td>5.22</td>" in peer  # 188 / 36
+        assert f"dflash (this lab)</td><td>15</td><td>{ours['tokens_per_target_call']:.2f}</td>" in lab

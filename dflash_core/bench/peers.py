@@ -149,8 +149,8 @@ def oracle_all(rt, prompt_ids: list[list[int]], references: list[list[int]], tok
     return outs, wall
 
 
-def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
-                     kind: str, prepared=None, calls: list | None = None) -> Callable[[], tuple[list[list[int]], float]]:
+def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int, kind: str,
+                     prepared=None, calls: list | None = None) -> Callable[[], tuple[list[list[int]], float]]:
     """A callable returning (outputs, wall seconds) for one pass of reference `kind` over the prompts
     (`prepared`: the artifacts, which `dflash_transformers` takes its drafter from; `calls`: receives the target
     calls of transformers' passes, counted_calls)."""

@@ -293,8 +293,8 @@ COLUMNS = (
                 "median", True),
     ("vs dflash", "speed against plain dflash at the ranking width, paired per round over the fixed ranking "
                   "rounds: median [interval]; what the selection compares", True),
-    ("tok/call", "tokens per target call (τ): committed tokens per target forward, correction/bonus included",
-     True),
+    ("tok/call", "tokens per target call (τ): committed tokens per target forward, correction/bonus included, the "
+                 "prefill call counted (without it: vLLM's acceptance length, in the peer table)", True),
     ("activity", "how often the method's draft differed from plain dflash's at the same context, and the net "
                  "accepted drafts that gained; inactive here = it never differed", True),
     ("exact", "token-exact against greedy on every prompt (ties under the float tie certificate are shown)", True),
@@ -491,6 +491,41 @@ def _speedup_chart(doc: dict) -> str:
             f'<p class=muted>bar: {what}; whisker: its order-statistic interval of '
             'the median (95 % from 6 rounds; below that the min-max, with its coverage in the table); G<i>n</i>: rank '
             'group (see the methods table\'s note); inactive here: the draft never differed from dflash\'s</p>')
+
+
+def acceptance_length(r: dict) -> float | None:
+    """Tokens per target call without the prefill call (vLLM's acceptance length): (new tokens - prompts) / (target
+    calls - prompts); the prefill commits one token per prompt in one call. None where the row lacks the counts."""
+    n, c, p = r.get("new_tokens"), r.get("target_calls"), r.get("prompts")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (n, c, p)) or c <= p:
+        return None
+    return (n - p) / (c - p)
+
+
+def peer_section(doc: dict) -> str:
+    """The peer (transformers' DFlash with the lab's drafter) beside the lab's dflash at the peer's own width: width,
+    tokens per target call with and without the prefill call, speedup over greedy and tok/s; shown on both pages."""
+    peer = (doc.get("references") or {}).get("dflash_transformers")
+    if not isinstance(peer, dict):
+        return ""
+    w = peer.get("width")
+    rows_d = ((doc.get("methods") or {}).get("dflash") or {}).get("rows") or {}
+    ours = rows_d.get(str(w)) if isinstance(w, int) and not isinstance(w, bool) else None
+
+    def row(name: str, width, r: dict | None) -> str:
+        if r is None:
+            return (f"<tr><td>{_e(name)}</td><td>{_e(width)}</td><td colspan=4 class=muted>not measured at this width "
+                    f"(the lab's dflash ran at {_e(', '.join(sorted(rows_d, key=int)) or 'no width')})</td></tr>")
+        return (f"<tr><td>{_e(name)}</td><td>{_e(width if width is not None else '–')}</td>"
+                f"<td>{_f(r.get('tokens_per_target_call'), 2)}</td><td>{_f(acceptance_length(r), 2)}</td>"
+                f"<td>{_f(r.get('speedup'))}×</td><td>{_f(r.get('tokens_per_second'), 1)}</td></tr>")
+    return ("<h2>Peer: transformers' DFlash, same drafter</h2><table id=peer-table><tr><th>row</th><th>width</th>"
+            "<th title=\"new tokens / target calls, the prefill call counted\">tok/call</th><th title=\"(new tokens - "
+            "prompts) / (target calls - prompts): the prefill call and its token left out, as vLLM reports acceptance "
+            "length\">tok/verify</th><th>speedup</th><th>tok/s</th></tr>"
+            + row("dflash_transformers (peer)", w, peer) + row("dflash (this lab)", w, ours) + "</table>"
+            "<p class=muted>Same width, same drafter weights. tok/call counts the prefill call (the lab's "
+            "definition); tok/verify leaves it out (vLLM's acceptance length): docs/methodology.md.</p>")
 
 
 def impossible_section(doc: dict) -> str:
@@ -764,7 +799,7 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
 <h2>Ranking (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
-{impossible_section(doc)}
+{peer_section(doc)}{impossible_section(doc)}
 <h2>By task family (width shown per method)</h2>{task_table(doc)}
 {_figures(doc)}
 <h2>Reference rows (same run)</h2>{_refs_table(doc)}
@@ -822,5 +857,5 @@ the committed correction (amber) or bonus token (blue) from the same target forw
 <p><select id=method></select> <button id=play>pause / play</button></p>
 {_prompt_block(doc)}<div class=muted>generated before this round</div>
 <div id=context class=ctx></div><div id=chips></div><p id=info class=muted></p>
-<h2>Ranking</h2>{_methods_table(doc)}
+<h2>Ranking</h2>{_methods_table(doc)}{peer_section(doc)}
 <script id=payload type=application/json>{_payload(doc)}</script><script>{EXPLORER_JS}</script></main></body></html>"""
