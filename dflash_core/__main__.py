@@ -261,15 +261,34 @@ def cmd_export_drafter(a) -> int:
     return 0
 
 
+def default_width(method: str, report: dict | None, block_size: int) -> tuple[int, str]:
+    """`run`'s width when --width is not given, and why: the width the last benchmark of this model chose for the
+    method (its own, `settings.method_widths`, where recorded), else that benchmark's ranking width, else the
+    drafter's block size B, said as such."""
+    if isinstance(report, dict):
+        st = report.get("settings") if isinstance(report.get("settings"), dict) else {}
+        own = (st.get("method_widths") or {}).get(method) if isinstance(st.get("method_widths"), dict) else None
+        sel = own.get("selected") if isinstance(own, dict) else None
+        rk = (report.get("ranking") or {}).get("width") if isinstance(report.get("ranking"), dict) else None
+        for w, why in ((sel, f"the width the last benchmark of this model chose for {method}"),
+                       (rk, "the ranking width the last benchmark of this model chose")):
+            if isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= block_size:
+                return w, why
+    return block_size, f"the drafter's block size B (no benchmark of this model found in {_reports_root()})"
+
+
+def _reports_root() -> Path:
+    reports = options.env_value("reports")
+    return Path(reports) if reports else Path(__file__).resolve().parents[1] / "reports"
+
+
 def _drafter_report(prepared, ident: dict) -> dict | None:
     """A benchmark.json of this drafter on this target, for the model card's tokens per target call: searched in
     the report root `bench` writes to (DFLASH_REPORTS, else reports/ beside the package)."""
     from .prepare.prepared import DRAFTER_FILE  # lazy: pulls torch in (--help stays fast)
 
-    reports = options.env_value("reports")
-    root = Path(reports) if reports else Path(__file__).resolve().parents[1] / "reports"
     sha = ((prepared.manifest.get("files") or {}).get(DRAFTER_FILE) or {}).get("sha256")
-    return find_report([root], sha, ident.get("content_sha256"))
+    return find_report([_reports_root()], sha, ident.get("content_sha256"))
 
 
 def cmd_import(a) -> int:
@@ -309,7 +328,12 @@ def cmd_run(a) -> int:
             prepare(a.target, home=a.home, rt=base, threads=a.threads, drafter=a.drafter, **where)
             prepared = load_prepared(rt, home=a.home, required=info.needs, drafter=a.drafter)
     prompt_ids = rt.encode(a.prompt)
-    ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)
+    width = a.width
+    if info.build is not None and width is None:
+        width, why = default_width(a.method, _drafter_report(prepared, target_identity(rt)),
+                                   prepared.drafter.cfg.block_size)
+        print(f"[run] width {width}: {why} (--width to choose)", file=sys.stderr)
+    ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, width, stop_at_eos=a.eos)
     doc = {"method": a.method, "target": a.target, "device": str(rt.device),
            "dtype": str(rt.dtype).replace("torch.", ""),  # as --dtype spells it
            "kernels": rt.kernels, "kernel_layouts": rt.info.get("kernel_layouts"),
@@ -323,9 +347,9 @@ def cmd_run(a) -> int:
         # the greedy reference ran anyway: its wall time over the method's is the speedup of this one decode
         # (one unpaired, unwarmed run each, not a benchmark: `bench` measures speedups in paired rounds)
         if stats.wall_seconds > 0 and info.build is not None:
-            doc["speedup_vs_greedy"] = {"speedup": gst.wall_seconds / stats.wall_seconds,
+            doc["speedup_vs_greedy"] = {"speedup": gst.wall_seconds / stats.wall_seconds, "kind": "one-shot, unpaired",
                                         "greedy_seconds": gst.wall_seconds, "method_seconds": stats.wall_seconds,
-                                        "note": "one unpaired decode each; bench measures paired rounds"}
+                                        "note": "one unpaired, unwarmed decode each; bench measures paired rounds"}
     if a.json:
         print(json.dumps(doc, allow_nan=False))
     else:
@@ -338,8 +362,9 @@ def cmd_run(a) -> int:
               + (f" exactness={doc['exactness']['verdict']}" if "exactness" in doc else ""), file=sys.stderr)
         if "speedup_vs_greedy" in doc:
             sp = doc["speedup_vs_greedy"]
-            print(f"speedup vs greedy: {sp['speedup']:.2f}x ({sp['greedy_seconds']:.3f} s / {sp['method_seconds']:.3f} "
-                  "s; one unpaired decode each, `bench` measures paired rounds)", file=sys.stderr)
+            print(f"one-shot speedup vs greedy (unpaired, unwarmed): {sp['speedup']:.2f}x ({sp['greedy_seconds']:.3f} s "
+                  f"/ {sp['method_seconds']:.3f} s; one decode each, not a measurement: `bench` measures paired "
+                  "rounds)", file=sys.stderr)
     if "exactness" in doc and doc["exactness"]["verdict"] == "diverged":
         return 1
     return 0
