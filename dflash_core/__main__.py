@@ -362,8 +362,8 @@ def cmd_run(a) -> int:
               + (f" exactness={doc['exactness']['verdict']}" if "exactness" in doc else ""), file=sys.stderr)
         if "speedup_vs_greedy" in doc:
             sp = doc["speedup_vs_greedy"]
-            print(f"one-shot speedup vs greedy (unpaired, unwarmed): {sp['speedup']:.2f}x ({sp['greedy_seconds']:.3f} s "
-                  f"/ {sp['method_seconds']:.3f} s; one decode each, not a measurement: `bench` measures paired "
+            print(f"one-shot speedup vs greedy (unpaired, unwarmed): {sp['speedup']:.2f}x ({sp['greedy_seconds']:.3f} "
+                  f"s / {sp['method_seconds']:.3f} s; one decode each, not a measurement: `bench` measures paired "
                   "rounds)", file=sys.stderr)
     if "exactness" in doc and doc["exactness"]["verdict"] == "diverged":
         return 1
