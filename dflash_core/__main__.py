@@ -1,4 +1,5 @@
-"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,export,import,export-drafter}`.
+"""Command line: `python -m dflash_core {prepare,run,methods,check,bench,report,compare,gate,export,import,
+export-drafter}`.
 
 stdout carries results only (with --json exactly one JSON document); progress and logs go to stderr.
 """
@@ -117,7 +118,25 @@ def build_parser() -> argparse.ArgumentParser:
     for name in EXPORT_DRAFTER_OPTIONS:
         options.add_cli_option(x, name)
     x.add_argument("--out", required=True, help="directory to write (new or empty)")
+    for name, text in REPORT_COMMANDS.items():  # listed here; main() hands their arguments to dflash_core.report
+        sub.add_parser(name, help=text, add_help=False).add_argument("args", nargs=argparse.REMAINDER)
     return ap
+
+
+# The report's commands (dflash_core.report.__main__), reachable here too: one CLI, one console script.
+REPORT_COMMANDS = {
+    "report": "rebuild the report from saved runs (run ids such as 0001, files or globs; several are pooled)",
+    "compare": "compare two runs side by side: compare.html and compare.json",
+    "gate": "judge NEW against BASE: exit 0 no regression, 1 regression, 3 inconclusive",
+}
+
+
+def report_argv(argv: list[str]) -> list[str] | None:
+    """The argument list for `dflash_core.report.main` when `argv` names one of the report's commands, else None
+    (`report ...` is the report's own first form; `compare` and `gate` keep their name)."""
+    if not argv or argv[0] not in REPORT_COMMANDS:
+        return None
+    return list(argv[1:]) if argv[0] == "report" else list(argv)
 
 
 def _optional(**kw) -> dict:
@@ -242,15 +261,34 @@ def cmd_export_drafter(a) -> int:
     return 0
 
 
+def default_width(method: str, report: dict | None, block_size: int) -> tuple[int, str]:
+    """`run`'s width when --width is not given, and why: the width the last benchmark of this model chose for the
+    method (its own, `settings.method_widths`, where recorded), else that benchmark's ranking width, else the
+    drafter's block size B, said as such."""
+    if isinstance(report, dict):
+        st = report.get("settings") if isinstance(report.get("settings"), dict) else {}
+        own = (st.get("method_widths") or {}).get(method) if isinstance(st.get("method_widths"), dict) else None
+        sel = own.get("selected") if isinstance(own, dict) else None
+        rk = (report.get("ranking") or {}).get("width") if isinstance(report.get("ranking"), dict) else None
+        for w, why in ((sel, f"the width the last benchmark of this model chose for {method}"),
+                       (rk, "the ranking width the last benchmark of this model chose")):
+            if isinstance(w, int) and not isinstance(w, bool) and 1 <= w <= block_size:
+                return w, why
+    return block_size, f"the drafter's block size B (no benchmark of this model found in {_reports_root()})"
+
+
+def _reports_root() -> Path:
+    reports = options.env_value("reports")
+    return Path(reports) if reports else Path(__file__).resolve().parents[1] / "reports"
+
+
 def _drafter_report(prepared, ident: dict) -> dict | None:
     """A benchmark.json of this drafter on this target, for the model card's tokens per target call: searched in
     the report root `bench` writes to (DFLASH_REPORTS, else reports/ beside the package)."""
     from .prepare.prepared import DRAFTER_FILE  # lazy: pulls torch in (--help stays fast)
 
-    reports = options.env_value("reports")
-    root = Path(reports) if reports else Path(__file__).resolve().parents[1] / "reports"
     sha = ((prepared.manifest.get("files") or {}).get(DRAFTER_FILE) or {}).get("sha256")
-    return find_report([root], sha, ident.get("content_sha256"))
+    return find_report([_reports_root()], sha, ident.get("content_sha256"))
 
 
 def cmd_import(a) -> int:
@@ -290,7 +328,12 @@ def cmd_run(a) -> int:
             prepare(a.target, home=a.home, rt=base, threads=a.threads, drafter=a.drafter, **where)
             prepared = load_prepared(rt, home=a.home, required=info.needs, drafter=a.drafter)
     prompt_ids = rt.encode(a.prompt)
-    ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, a.width, stop_at_eos=a.eos)
+    width = a.width
+    if info.build is not None and width is None:
+        width, why = default_width(a.method, _drafter_report(prepared, target_identity(rt)),
+                                   prepared.drafter.cfg.block_size)
+        print(f"[run] width {width}: {why} (--width to choose)", file=sys.stderr)
+    ids, stats = run_method(a.method, rt, prepared, prompt_ids, a.tokens, width, stop_at_eos=a.eos)
     doc = {"method": a.method, "target": a.target, "device": str(rt.device),
            "dtype": str(rt.dtype).replace("torch.", ""),  # as --dtype spells it
            "kernels": rt.kernels, "kernel_layouts": rt.info.get("kernel_layouts"),
@@ -304,9 +347,9 @@ def cmd_run(a) -> int:
         # the greedy reference ran anyway: its wall time over the method's is the speedup of this one decode
         # (one unpaired, unwarmed run each, not a benchmark: `bench` measures speedups in paired rounds)
         if stats.wall_seconds > 0 and info.build is not None:
-            doc["speedup_vs_greedy"] = {"speedup": gst.wall_seconds / stats.wall_seconds,
+            doc["speedup_vs_greedy"] = {"speedup": gst.wall_seconds / stats.wall_seconds, "kind": "one-shot, unpaired",
                                         "greedy_seconds": gst.wall_seconds, "method_seconds": stats.wall_seconds,
-                                        "note": "one unpaired decode each; bench measures paired rounds"}
+                                        "note": "one unpaired, unwarmed decode each; bench measures paired rounds"}
     if a.json:
         print(json.dumps(doc, allow_nan=False))
     else:
@@ -319,8 +362,9 @@ def cmd_run(a) -> int:
               + (f" exactness={doc['exactness']['verdict']}" if "exactness" in doc else ""), file=sys.stderr)
         if "speedup_vs_greedy" in doc:
             sp = doc["speedup_vs_greedy"]
-            print(f"speedup vs greedy: {sp['speedup']:.2f}x ({sp['greedy_seconds']:.3f} s / {sp['method_seconds']:.3f} "
-                  "s; one unpaired decode each, `bench` measures paired rounds)", file=sys.stderr)
+            print(f"one-shot speedup vs greedy (unpaired, unwarmed): {sp['speedup']:.2f}x ({sp['greedy_seconds']:.3f} "
+                  f"s / {sp['method_seconds']:.3f} s; one decode each, not a measurement: `bench` measures paired "
+                  "rounds)", file=sys.stderr)
     if "exactness" in doc and doc["exactness"]["verdict"] == "diverged":
         return 1
     return 0
@@ -397,10 +441,14 @@ def cmd_bench(a) -> int:
 
 
 def _headline_of(benchmark_json: Path) -> str:
-    """The report's one-sentence finding (benchmark.json `headline`), as the terminal's last line."""
-    doc = read_json(benchmark_json, "report", BadInputError, "rebuild it with python -m dflash_core.report SAVED")
+    """The report's finding for the terminal: its detail sentence (benchmark.json `headline`), then its answer
+    (`answer`: the leader's speedup over greedy with its interval, the width, the target, what the noise allows) as
+    the very last line, where a reader's eye lands after pytest-benchmark's tables."""
+    doc = read_json(benchmark_json, "report", BadInputError, "rebuild it with python -m dflash_core report SAVED")
     text = doc.get("headline") if isinstance(doc, dict) else None
-    return f"dflash headline: {text}" if isinstance(text, str) else "dflash headline: none (the report has none)"
+    ans = doc.get("answer") if isinstance(doc, dict) else None
+    detail = f"dflash headline: {text}\n" if isinstance(text, str) else ""
+    return detail + (f"dflash answer: {ans}" if isinstance(ans, str) else "dflash answer: none (the report has none)")
 
 
 def check_bench_widths(artifacts: Path, pytest_args: list[str]) -> None:
@@ -449,7 +497,13 @@ def main(argv: list[str] | None = None) -> int:
     a full disk and absurdly nested input all end as one `error:` line and exit 2, never a traceback (whose
     exit status 1 would read as a failed exactness gate).
     """
-    a = build_parser().parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    rest = report_argv(args)
+    if rest is not None:
+        from .report.__main__ import main as report_main  # its own parsers, exit codes and error boundary
+
+        return report_main(rest)
+    a = build_parser().parse_args(args)
     _export_mini_seed(a)
     return guarded(_dispatch, a)
 

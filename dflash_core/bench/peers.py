@@ -81,9 +81,42 @@ def eos_unset(model) -> Iterator[None]:
         gc.eos_token_id = saved
 
 
-def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any) -> tuple[list[list[int]], float]:
+@contextmanager
+def counted_calls(model) -> Iterator[list[int]]:
+    """Every forward of the target `model` while inside: the list of each call's input length (tokens fed), so a
+    peer's tokens per target call and its verify width are counted, not assumed. A pre-hook costs about a
+    microsecond per call against milliseconds of forward."""
+    lengths: list[int] = []
+
+    def hook(_module, args, kwargs):
+        x = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
+        if x is None:
+            x = kwargs.get("inputs_embeds")
+        lengths.append(int(x.shape[1]) if x is not None and getattr(x, "ndim", 0) >= 2 else 0)
+
+    handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield lengths
+    finally:
+        handle.remove()
+
+
+def call_figures(calls: list[list[int]], tokens: int) -> dict:
+    """A peer pass's target calls as the lab counts its own (docs/methodology.md, "Tokens per target call"): per
+    prompt, the first call is the prefill (it commits one token), every later call verifies. `width`: the most
+    drafts one verify fed (its input length minus the token it continues from)."""
+    n, p = sum(len(c) for c in calls), len(calls)
+    verify = [x for c in calls for x in c[1:]]
+    return {"target_calls": n, "new_tokens": tokens * p, "prompts": p,
+            "tokens_per_target_call": tokens * p / n if n else 0.0,
+            "width": max(verify) - 1 if verify else 0}
+
+
+def generate_all(rt, prompt_ids: list[list[int]], tokens: int, calls: list | None = None,
+                 **gen_kwargs: Any) -> tuple[list[list[int]], float]:
     """transformers' `generate` (greedy, exactly `tokens` new tokens, EOS an ordinary id as in the lab's
-    greedy) over every prompt; wall seconds summed."""
+    greedy) over every prompt; wall seconds summed. `calls`, when given, receives each prompt's target-call input
+    lengths (counted_calls)."""
     import torch
 
     outs, wall = [], 0.0
@@ -91,13 +124,16 @@ def generate_all(rt, prompt_ids: list[list[int]], tokens: int, **gen_kwargs: Any
     with eos_unset(rt.model):  # once for the pass, outside the timed calls
         for p in prompt_ids:
             inp = torch.tensor([p], device=rt.device)
-            synchronize(rt.device)
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                g = rt.model.generate(inp, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
-                                      pad_token_id=pad, **gen_kwargs)
-            synchronize(rt.device)
-            wall += time.perf_counter() - t0
+            with counted_calls(rt.model) as lengths:
+                synchronize(rt.device)
+                t0 = time.perf_counter()
+                with torch.inference_mode():
+                    g = rt.model.generate(inp, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False,
+                                          pad_token_id=pad, **gen_kwargs)
+                synchronize(rt.device)
+                wall += time.perf_counter() - t0
+            if calls is not None:
+                calls.append(list(lengths))
             outs.append(g[0, len(p):].tolist())
     return outs, wall
 
@@ -113,22 +149,24 @@ def oracle_all(rt, prompt_ids: list[list[int]], references: list[list[int]], tok
     return outs, wall
 
 
-def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int,
-                     kind: str, prepared=None) -> Callable[[], tuple[list[list[int]], float]]:
+def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]], tokens: int, kind: str,
+                     prepared=None, calls: list | None = None) -> Callable[[], tuple[list[list[int]], float]]:
     """A callable returning (outputs, wall seconds) for one pass of reference `kind` over the prompts
-    (`prepared`: the artifacts, which `dflash_transformers` takes its drafter from)."""
+    (`prepared`: the artifacts, which `dflash_transformers` takes its drafter from; `calls`: receives the target
+    calls of transformers' passes, counted_calls)."""
     if kind == "generate":
-        return lambda: generate_all(rt, prompt_ids, tokens)
+        return lambda: generate_all(rt, prompt_ids, tokens, calls)
     if kind == "prompt_lookup":
-        return lambda: generate_all(rt, prompt_ids, tokens, prompt_lookup_num_tokens=4)
+        return lambda: generate_all(rt, prompt_ids, tokens, calls, prompt_lookup_num_tokens=4)
     if kind == "assisted":
         assistant = early_exit_assistant(rt)
-        return lambda: generate_all(rt, prompt_ids, tokens, assistant_model=assistant)
+        return lambda: generate_all(rt, prompt_ids, tokens, calls, assistant_model=assistant)
     if kind == "dflash_transformers":
         if prepared is None:
             raise ValueError("the dflash_transformers reference needs the prepared drafter")
         drafter = transformers_dflash_assistant(rt, prepared)
-        return lambda: generate_all(rt, prompt_ids, tokens, assistant_model=drafter, speculation_type="dflash")
+        return lambda: generate_all(rt, prompt_ids, tokens, calls, assistant_model=drafter,
+                                    speculation_type="dflash")
     if kind.startswith("oracle-w"):
         w = int(kind[len("oracle-w"):])
         return lambda: oracle_all(rt, prompt_ids, references, tokens, w)
@@ -139,9 +177,12 @@ def reference_runner(rt, prompt_ids: list[list[int]], references: list[list[int]
 
 def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None) -> dict:
     """Time reference `kind` (dflash_core.bench.peers) against `normal` in `rounds` paired rounds."""
-    runner = reference_runner(sess.rt, sess.prompt_ids, sess.greedy_outputs, sess.cfg.tokens, kind, sess.prepared)
+    calls: list[list[int]] = []
+    runner = reference_runner(sess.rt, sess.prompt_ids, sess.greedy_outputs, sess.cfg.tokens, kind, sess.prepared,
+                              calls)
 
     def run():
+        calls.clear()  # the last pass's calls: every pass of one greedy workload makes the same ones
         outs, wall = runner()
         return wall, outs
 
@@ -151,6 +192,7 @@ def measure_reference(sess: BenchSession, kind: str, rounds: int, benchmark=None
     return {"reference": kind, "device": sess.rt.device.type,
             **{k: figs[k] for k in ("tokens_per_second", "tokens_per_second_iqr", "speedup", "speedup_iqr",
                                     "speedup_rounds", "rounds")},
+            **(call_figures(calls, sess.cfg.tokens) if calls else {}),
             **verdict_fields(verdicts(sess, pr.results[0]))}
 
 

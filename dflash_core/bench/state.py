@@ -131,7 +131,11 @@ class BenchSession:
                        "kernels": self.rt.kernels, "source": self.rt.source,
                        "kernel_layouts": (getattr(self.rt, "info", None) or {}).get("kernel_layouts"),
                        "drafter_kernel_layouts": (getattr(self.rt, "info", None) or {}).get("drafter_kernel_layouts"),
-                       "mini_seed": (getattr(self.rt, "info", None) or {}).get("mini_seed")},
+                       "mini_seed": (getattr(self.rt, "info", None) or {}).get("mini_seed"),
+                       # what the target was trained on, where its checkpoint says (the mini's metadata): the
+                       # report's answer names the target for what it is (report.headline.target_description)
+                       "family": (getattr(self.rt, "info", None) or {}).get("family"),
+                       "corpus_files": (getattr(self.rt, "info", None) or {}).get("mini_corpus_files")},
             "provenance": {"versions": versions(), "seeds": man.get("seeds"),
                            "artifacts": {"directory": str(self.prepared.directory), "files": man.get("files"),
                                          "created_utc": man.get("created_utc")},

@@ -5,6 +5,7 @@
   python -m dflash_core.report gate BASE NEW [--storage .benchmarks] [--speedup-drop 0.05] [--tau-tolerance 0.005]
                                     [--min-rounds 3]
 
+The same commands are `python -m dflash_core report|compare|gate ...` and `dflash-lab report|compare|gate ...`.
 RUN, BASE and NEW are what `pytest-benchmark compare` accepts: a saved file, a run id (0001) or a glob, searched
 under --storage; several runs of the same model and settings are pooled. Runs of different models are never
 pooled: each model gets its own report under <out>/models/<model hash>/, and <out>/models/index.html (with
@@ -32,9 +33,9 @@ from ..savedruns import resolve_runs
 from ..store.artifacts import write_atomic
 from .build import SCHEMA, SCHEMA_VERSION, build_report, load_saved, validate_saved
 from .compare import compare, write_compare
-from .gate import NO_REGRESSION, REGRESSION, GateConfig, judge, threshold
+from .gate import INCONCLUSIVE, NOT_JUDGED, GateConfig, counts, judge, threshold
 from .models import compare_models, group_by_model, render_models
-from .write import write_report
+from .write import pooled_name, write_report
 
 
 def _version() -> str:
@@ -47,7 +48,8 @@ def _report_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=_version())
     ap.add_argument("saved", nargs="+", help="saved runs: file, run id (0001) or glob (pooled when several)")
     ap.add_argument("--storage", default=".benchmarks", help="pytest-benchmark storage folder searched for run ids")
-    ap.add_argument("--out", default="reports", help="report root; files go to <out>/<device>/")
+    ap.add_argument("--out", default="reports", help="report root; files go to <out>/<device>/ (several runs pooled: "
+                    "<out>/<device>/pooled-<run ids>/, beside the single run's report)")
     return ap
 
 
@@ -117,27 +119,23 @@ def _judged(a, then=judge):
 
 
 def print_gate(result) -> None:
-    """Both runs' support, then every row that is not ok (grouped by reason), then the verdict line."""
+    """Both runs' support, then every row that is not "no regression" (grouped by reason), then the verdict line
+    with how many cases got each verdict."""
     print(f"gate: {result.base.line()}")
     print(f"gate: {result.new.line()}")
     for p in result.regressions():
         print(f"REGRESSION {p}")
     groups: dict[tuple[str, str], list[str]] = {}
     for r in result.rows:
-        if r.verdict not in ("ok", REGRESSION):
+        if r.verdict in (INCONCLUSIVE, NOT_JUDGED):
             for why in r.reasons:
                 groups.setdefault((r.verdict, why), []).append(r.case)
     for (verdict, why), cases in groups.items():
         print(f"{verdict.upper()} ({len(cases)} case(s): {', '.join(cases)}): {why}")
-    n = len(result.rows)
-    if result.verdict == REGRESSION:
-        print(f"gate: {len(result.regressions())} regression(s)")
-    elif result.verdict == NO_REGRESSION:
-        print(f"gate: no regression ({n} case(s) judged)")
-    else:
-        judged = sum(r.verdict == "ok" for r in result.rows)
-        print(f"gate: inconclusive: no regression found, but {n - judged} of {n} case(s) could not be judged "
-              f"(exit {result.exit_code})")
+    n = counts(result.rows)
+    tally = ", ".join(f"{k} {v}" for k, v in n.items())
+    print(f"gate: {result.verdict} ({tally}; of {sum(n.values())} case(s), normal the baseline; exit "
+          f"{result.exit_code})")
 
 
 def _gate(argv: list[str]) -> int:
@@ -160,7 +158,7 @@ def _report(argv: list[str]) -> int:
     if len(group_by_model(docs, sources)) > 1:
         return _side_by_side(docs, sources, a.out)
     doc = build_report(docs, sources)
-    out = write_report(doc, a.out)
+    out = write_report(doc, a.out, pooled_name(sources) if len(sources) > 1 else None)
     print(out)
     return 0 if doc["exactness"]["all_exact"] else 1
 

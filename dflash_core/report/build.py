@@ -24,10 +24,11 @@ from ..stats.summary import median_interval, quartiles
 from ..store.data import TASK_RE
 from .costs import apply_cost_model
 from .goals import goals
-from .headline import headline
+from .headline import answer, headline
+from .impossible import flag_impossible
 from .match import different_prompts, require_same_setup, saved_setup
 from .operating import operating_points, own_widths
-from .ranking import build_ranking
+from .ranking import build_ranking, preliminary_noise
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 8
@@ -460,6 +461,10 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     lab_settings = lab.get("settings") if isinstance(lab.get("settings"), dict) else {}
     costs = apply_cost_model(methods, lab_settings, curves)
     own = own_widths(lab_settings)
+    references = {k: _pool_rows(v) for k, v in refs.items()}
+    threshold = float(lab["noise"]["threshold"])
+    impossible = flag_impossible(methods, costs["upper_bound_speedup"], references,
+                                 preliminary_noise(methods, lab_settings, threshold), threshold)
     for mid, m in methods.items():
         meta = info.get(mid) if isinstance(info.get(mid), dict) else {}
         m.update({k: meta.get(k) for k in ("index", "label", "mechanism", "complexity", "stages")})
@@ -474,10 +479,8 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
             d = base_rows.get(str(m["best"]["width"]))
             m["best"]["tau_minus_dflash"] = (m["best"]["tokens_per_target_call"] - d["tokens_per_target_call"]
                                              if d else None)
-    references = {k: _pool_rows(v) for k, v in refs.items()}
     settings = dict(lab.get("settings") or {}) if isinstance(lab.get("settings"), dict) else {}
-    ranked = build_ranking(methods, settings, _setting(lab, "resolution", "resolution"),
-                           float(lab["noise"]["threshold"]), limitations)
+    ranked = build_ranking(methods, settings, _setting(lab, "resolution", "resolution"), threshold, limitations)
     flag_overhead(methods, ranked["noise"])
     for m in methods.values():  # the width shown carries its row's overhead flag
         m["best"]["unexplained_overhead"] = m["rows"][str(m["best"]["width"])]["unexplained_overhead"]
@@ -506,12 +509,18 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
         "upper_bound_speedup": costs["upper_bound_speedup"],
         "exactness": {"all_exact": not failures, "failures": failures},
         "rank_groups": groups, "ranking": rk, "leader": leader, "winner": winner, "noise": ranked["noise"],
-        "position_effect": ranked["position_effect"],
+        "position_effect": ranked["position_effect"], "impossible": impossible,
         "ranking_rounds": lab.get("ranking_rounds") if isinstance(lab.get("ranking_rounds"), dict) else None,
         "cost_model": ({**section("cost_model"), "fit": costs["cost_fit"]}
                        if section("cost_model") or costs["cost_fit"] else None), "limitations": limitations,
         "operating_points": operating_points(methods, lab_settings),
     }
+    if impossible["count"]:
+        cases = sorted({f["case"] for f in impossible["rounds"]})
+        limitations.append(f"{impossible['count']} round(s) beyond what the run can physically reach "
+                           f"({', '.join(cases)}): flagged, shown under 'Impossible rounds' and left out of every "
+                           "statistic that names groups")
     doc["goals"] = goals(doc)
     doc["headline"] = headline(doc)
+    doc["answer"] = answer(doc)
     return doc

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..store.artifacts import write_atomic
 from .compare_page import render_compare
-from .gate import EXIT_CODES, STATISTIC_TEXT, GateConfig, RunSupport, judge
+from .gate import EXIT_CODES, STATISTIC_TEXT, GateConfig, RunSupport, counts, judge
 
 COMPARE_SCHEMA = "dflash-mini-lab/compare"
 COMPARE_VERSION = 2  # 2: the change is the gate's (stats.change: the ranking's statistic, a joint interval)
@@ -52,6 +52,8 @@ def compare(base: dict, new: dict, cfg: GateConfig | None = None, names: tuple[s
                      "change": change, "verdict": v.verdict, "reasons": list(v.reasons)})
     return {"schema": COMPARE_SCHEMA, "schema_version": COMPARE_VERSION, "base": names[0], "new": names[1],
             "device": base.get("device"), "verdict": result.verdict, "exit_code": result.exit_code,
+            "counts": counts(result.rows),
+            "smoke": any((d.get("settings") or {}).get("smoke") is True for d in (base, new)),
             "exit_codes": EXIT_CODES, "exactness_failures": result.exactness,
             "runs": {"base": _support(result.base), "new": _support(result.new)},
             "config": {"speedup_drop": cfg.speedup_drop, "tau_tolerance": cfg.tau_tolerance,

@@ -15,10 +15,16 @@ width present in BASE:
   bootstrap of a median as the ranking). A regression when that whole interval lies below no change AND the
   median dropped by more than `speedup_drop`; so two runs of one model gate as a speed regression in at most 5 %
   of pairs (95 % joint), and a 3-round fluke gives a wide interval, not a regression.
+* "no regression" only where the interval can see the threshold: its lower end above 1 - `speedup_drop`, so a drop
+  of that size is ruled out, with at least `CLEAR_ROUNDS` rounds in each run. An interval that reaches below it
+  without being a regression is "inconclusive" (two 3-round runs: about [-90 %, +1000 %]), never "no regression": a
+  gate that cannot see a 5 % drop says so.
 
-`judge` returns plain data (a verdict and its reasons per row); the CLI prints it and maps the overall verdict
-to an exit code: 0 no regression, 1 regression found, 3 inconclusive (no regression found, but some row could not
-be judged); 2 stays bad input, including two runs that chose different settings.
+`judge` returns plain data (a verdict and its reasons per row: regression / no regression / inconclusive / not
+judged, and `baseline` for normal, whose speed is every speedup's denominator); the CLI prints how many of each and
+maps the overall verdict to an exit code: 0 no regression, 1 regression found, 3 inconclusive (no regression found,
+but some case is inconclusive or could not be judged); 2 stays bad input, including two runs that chose different
+settings.
 
 It fails closed: a document it cannot judge (a missing or mistyped field, a non-finite number, no cases in BASE)
 or a threshold that is not a finite fraction is a `ReportInputError` (exit 2), never "no regression".
@@ -37,11 +43,17 @@ from ..errors import ReportInputError
 from ..safeio import finite
 from ..stats.change import compare_runs
 from ..stats.selection import adjusted_noise
+from .impossible import kept
 from .match import different_prompts, report_setup, require_same_setup
 from .ranking import baseline_first
 
-OK, REGRESSION, NOT_JUDGED, INCONCLUSIVE = "ok", "regression", "not judged", "inconclusive"
-NO_REGRESSION = "no regression"
+REGRESSION, NOT_JUDGED, INCONCLUSIVE, NO_REGRESSION = "regression", "not judged", "inconclusive", "no regression"
+BASELINE_ROW = "baseline"  # normal: exactness and tokens per call checked; its speed is what every speedup divides by
+ROW_VERDICTS = (REGRESSION, NO_REGRESSION, INCONCLUSIVE, NOT_JUDGED)
+# Rounds each run needs before a case can be cleared ("no regression"): below 6 not even a median's min-max interval
+# covers it with 95 % (stats.summary.median_interval), and a bootstrap of 3 rounds' residuals can be far too narrow
+# (two 3-round runs of one model at 8 % noise gave intervals of +/-4 %).
+CLEAR_ROUNDS = 6
 EXIT_CODES = {NO_REGRESSION: 0, REGRESSION: 1, INCONCLUSIVE: 3}
 REBUILD = "rebuild it with python -m dflash_core.report SAVED"
 ROW_NUMBERS = ("tokens_per_target_call", "speedup", "speedup_q1", "speedup_q3")
@@ -132,7 +144,8 @@ class RunSupport:
 
 @dataclass(frozen=True)
 class RowVerdict:
-    """One case of BASE judged against NEW: `verdict` is ok / regression / not judged / inconclusive."""
+    """One case of BASE judged against NEW: `verdict` is regression / no regression / inconclusive / not judged, or
+    baseline (normal)."""
 
     case: str
     method: str
@@ -140,6 +153,11 @@ class RowVerdict:
     verdict: str
     reasons: list[str] = field(default_factory=list)
     change: dict | None = None  # stats.change's record of the case, with `statistic` (None: speed not judged)
+
+
+def counts(rows: list[RowVerdict]) -> dict[str, int]:
+    """How many cases got each verdict (normal, the baseline, is not counted)."""
+    return {v: sum(r.verdict == v for r in rows) for v in ROW_VERDICTS}
 
 
 @dataclass(frozen=True)
@@ -161,8 +179,8 @@ class GateResult:
 
 
 def _rounds(row: dict) -> list[float]:
-    xs = row.get("speedup_rounds")
-    return xs if isinstance(xs, list) else [row["speedup"]]
+    """The row's speedup rounds the statistics use (report.impossible: flagged rounds left out)."""
+    return kept(row, "speedup_rounds") if isinstance(row.get("speedup_rounds"), list) else [row["speedup"]]
 
 
 def support(doc: dict, name: str) -> RunSupport:
@@ -188,7 +206,7 @@ def families(doc: dict) -> tuple[dict[str, list[float]], dict[str, list[float]]]
     ranked: dict[str, list[float]] = {}
     if isinstance(width, int) and not isinstance(width, bool):
         rows = {mid: m["rows"].get(str(width)) for mid, m in methods.items() if mid != "normal"}
-        ratios = {f"{mid}-w{width}": r["vs_baseline_rounds"] for mid, r in rows.items()
+        ratios = {f"{mid}-w{width}": kept(r, "vs_baseline_rounds") for mid, r in rows.items()
                   if r and isinstance(r.get("vs_baseline_rounds"), list) and r["vs_baseline_rounds"]}
         first = {f"{mid}-w{width}": v for mid, v in baseline_first(methods, width).items()}
         logs, _, _ = adjusted_noise(ratios, baseline_first=first)
@@ -232,7 +250,7 @@ def judge_row(mid: str, w: str, b: dict, n: dict | None, change: dict | None, cf
         bad.append(f"tokens per target call {bt:.3f} -> {nt:.3f} (deterministic at this fixed setting: "
                    f"{n.get('options') or 'no options'})")
     if mid == "normal":  # the baseline of every speedup: normal against normal says nothing about NEW's code
-        return RowVerdict(case, mid, w, REGRESSION if bad else OK, bad)
+        return RowVerdict(case, mid, w, REGRESSION if bad else BASELINE_ROW, bad)
     if change is None:
         if bad:
             return RowVerdict(case, mid, w, REGRESSION, bad)
@@ -242,7 +260,18 @@ def judge_row(mid: str, w: str, b: dict, n: dict | None, change: dict | None, cf
     if change["hi"] < 0 and change["ratio"] < 1 - cfg.speedup_drop:
         bad.append(_change_text(change, cfg.confidence) + f": slower beyond its interval and by more than "
                    f"{100 * cfg.speedup_drop:.0f} %")
-    return RowVerdict(case, mid, w, REGRESSION if bad else OK, bad, change)
+    if bad:
+        return RowVerdict(case, mid, w, REGRESSION, bad, change)
+    if change["ci"][0] < 1 - cfg.speedup_drop:  # the interval cannot rule out a drop of the threshold's size
+        return RowVerdict(case, mid, w, INCONCLUSIVE, [
+            _change_text(change, cfg.confidence) + f": the interval reaches below -{100 * cfg.speedup_drop:.0f} %, so "
+            "a regression of that size is not ruled out (more rounds narrow it)"], change)
+    if min(change["rounds"]) < CLEAR_ROUNDS:
+        return RowVerdict(case, mid, w, INCONCLUSIVE, [
+            f"{change['rounds'][0]} vs {change['rounds'][1]} rounds: below {CLEAR_ROUNDS} rounds a run's spread is "
+            "not known well enough to rule out a "
+            f"{100 * cfg.speedup_drop:.0f} % drop (its median's interval covers less than 95 %)"], change)
+    return RowVerdict(case, mid, w, NO_REGRESSION, [], change)
 
 
 def judge(base: dict, new: dict, cfg: GateConfig | None = None,

@@ -12,6 +12,7 @@ estimates and say so (`basis`).
 from __future__ import annotations
 
 from ..stats.summary import goal_met, lower_confidence_limit
+from .impossible import kept
 from .operating import own_widths
 
 # VS_HF_DFLASH: the lab's dflash at its own width against transformers' DFlash generator with the same drafter
@@ -26,7 +27,7 @@ def best_lower_limit(doc: dict, width: int | None) -> dict:
     spec = {mid: r for mid, r in spec.items() if r}
     best = {"limit": None, "method": None, "needed": None, "n": 0}
     for mid, r in spec.items():
-        lim = lower_confidence_limit(r.get("speedup_rounds") or [], comparisons=len(spec))
+        lim = lower_confidence_limit(kept(r, "speedup_rounds"), comparisons=len(spec))
         best["needed"], best["n"] = lim["needed"], max(best["n"], lim["n"])
         if lim["limit"] is not None and (best["limit"] is None or lim["limit"] > best["limit"]):
             best.update(limit=lim["limit"], method=mid)

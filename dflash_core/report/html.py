@@ -10,7 +10,7 @@ import json
 import re
 
 from . import plots
-from .headline import headline
+from .headline import answer, headline
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:0;background:#0f1419;color:#e6e6e6}
@@ -39,7 +39,8 @@ figcaption{max-width:560px} svg.plot .axis-label{fill:#9fb3c8} svg.plot .panel-t
 svg.plot g.series:hover path{stroke-width:3} svg.plot g.key text{fill:#c8d3de}
 .prompt{font-family:monospace;white-space:pre-wrap;color:#e6e6e6;background:#17202a;border:1px solid #2b3a4a;
 border-radius:6px;padding:6px 10px;margin:6px 3px;max-height:9em;overflow:auto}
-.headline{font-size:16px;margin:14px 0 4px;line-height:1.4}
+.headline{font-size:14px;margin:6px 0 4px;line-height:1.4;color:#c8d3de}
+.answer{font-size:19px;font-weight:600;margin:14px 0 4px;line-height:1.4}
 """
 
 
@@ -216,6 +217,15 @@ def _group_rule(doc: dict) -> str:
             f"G2: {rk.get('not_claimed') or ''}")
 
 
+def smoke_banner(doc: dict) -> str:
+    """The label of a `--smoke` run on every page (1 prompt, 8 tokens, 1 round: it checks that the pipeline runs, it
+    measures nothing worth quoting); '' for a real run."""
+    if (doc.get("settings") or {}).get("smoke") is not True:
+        return ""
+    return ("<div class=banner id=smoke-banner><b>Smoke run.</b> --smoke: one prompt, 8 tokens, one round: this "
+            "checks that the pipeline runs end to end; its figures are not measurements.</div>")
+
+
 def noise_banner(doc: dict) -> str:
     """The banner shown when the run's noise figure is above its threshold, else ''."""
     n = doc.get("noise") or {}
@@ -227,10 +237,13 @@ def noise_banner(doc: dict) -> str:
 
 
 def headline_html(doc: dict) -> str:
-    """The finding in one sentence (report.headline) and what the run lacks, first on both pages."""
+    """The answer in one line (report.headline.answer: the number), then the finding's detail in one sentence and
+    what the run lacks, first on both pages."""
     lim = doc.get("limitations") or []
     more = ("<ul class=muted id=limitations>" + "".join(f"<li>{_e(x)}</li>" for x in lim) + "</ul>") if lim else ""
-    return f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}"
+    ans = doc.get("answer") if isinstance(doc.get("answer"), str) else answer(doc)
+    return (f"<p class=answer id=answer>{_e(ans)}</p>"
+            f"<p class=headline id=headline>{_e(doc.get('headline') or headline(doc))}</p>{more}")
 
 
 def activity_label(m: dict) -> str:
@@ -280,8 +293,8 @@ COLUMNS = (
                 "median", True),
     ("vs dflash", "speed against plain dflash at the ranking width, paired per round over the fixed ranking "
                   "rounds: median [interval]; what the selection compares", True),
-    ("tok/call", "tokens per target call (τ): committed tokens per target forward, correction/bonus included",
-     True),
+    ("tok/call", "tokens per target call (τ): committed tokens per target forward, correction/bonus included, the "
+                 "prefill call counted (without it: vLLM's acceptance length, in the peer table)", True),
     ("activity", "how often the method's draft differed from plain dflash's at the same context, and the net "
                  "accepted drafts that gained; inactive here = it never differed", True),
     ("exact", "token-exact against greedy on every prompt (ties under the float tie certificate are shown)", True),
@@ -311,16 +324,35 @@ def _ci_text(ci) -> str:
     return f"[{_f(ci[0])}–{_f(ci[1])}]" if isinstance(ci, list) and len(ci) == 2 else ""
 
 
+def ranked_statistic(doc: dict, b: dict) -> tuple[float, list | None, str]:
+    """The statistic a method is ordered by, with its interval and its name: the median ratio against dflash at the
+    ranking width where the run ranked by it, else the speedup over greedy. The table's order, its bars and the
+    chart all read this one function, so a bar never shows another statistic than the order it sits in."""
+    est = ((doc.get("ranking") or {}).get("rounds") or {}) and b.get("vs_baseline")
+    if isinstance(est, (int, float)) and not isinstance(est, bool):
+        return float(est), b.get("vs_baseline_ci"), "vs_baseline"
+    return float(b["speedup"]), b.get("speedup_ci"), "speedup"
+
+
 def ranking_order(doc: dict, kv) -> tuple:
-    """Sort key of the ranking table and chart: rank group, then the ranking's own statistic (the median ratio
-    against dflash at the ranking width where the run ranked by it, else the speedup over greedy); normal, the
-    baseline of every speedup, last."""
+    """Sort key of the ranking table and chart: rank group, then the ranking's own statistic (ranked_statistic);
+    normal, the baseline of every speedup, last."""
     mid, m = kv
     b = m["best"]
     g = b.get("rank_group")
-    est = ((doc.get("ranking") or {}).get("rounds") or {}) and b.get("vs_baseline")
-    stat = est if isinstance(est, (int, float)) and not isinstance(est, bool) else b["speedup"]
-    return (mid == "normal", g if isinstance(g, int) else 10**6, -stat, mid)
+    return (mid == "normal", g if isinstance(g, int) else 10**6, -ranked_statistic(doc, b)[0], mid)
+
+
+def _bar(value: float, top: float, base: float = 1.0) -> str:
+    """A bar of `value` on a scale to `top`; green at or above `base` (1x: greedy, or dflash for the ratio)."""
+    cls = "win" if value >= base else "lose"
+    return f'<span class="bar {cls}" style="width:{int(80 * max(0.0, value) / top)}px"></span>'
+
+
+def _bar_cell(doc: dict, b: dict, statistic: str, top: float) -> str:
+    """The bar for a cell of the column that holds the ranking's statistic (ranked_statistic), else nothing."""
+    value, _, name = ranked_statistic(doc, b)
+    return _bar(value, top) + " " if name == statistic else ""
 
 
 def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
@@ -328,14 +360,12 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
     toggle (a checkbox; no script), every header one or two words with its full meaning in a tooltip."""
     rows = []
     win = (doc.get("winner") or {}).get("method")
-    mx = max([m["best"]["speedup"] for m in doc["methods"].values()] + [1.0])
+    mx = max([ranked_statistic(doc, m["best"])[0] for mid, m in doc["methods"].items() if mid != "normal"] + [1.0])
 
     for mid, m in sorted(doc["methods"].items(), key=lambda kv: ranking_order(doc, kv)):
         b = m["best"]
         r = m["rows"][str(b["width"])]
         grp = b.get("rank_group")
-        cls = "win" if b["speedup"] >= 1 else "lose"
-        bar = f'<span class="bar {cls}" style="width:{int(80 * b["speedup"] / mx)}px"></span>'
         ex = '<span class="ok">exact</span>' if m["exact"] else '<span class="bad">DIVERGED</span>'
         ties = (r.get("verdicts") or {}).get("tie", 0)
         if ties:
@@ -352,9 +382,9 @@ def _methods_table(doc: dict, table_id: str = "methods-table") -> str:
                f"noise plot), not a speedup\">A/A {_f(b['speedup'])}× <span class=ci>"
                f"{_ci_text(b.get('speedup_ci'))} {_coverage(b.get('speedup_ci_label'))}</span></td>"
                if mid == "normal" else
-               f"<td class=speedup>{bar} {_f(b['speedup'])}× <span class=ci>{_ci_text(b.get('speedup_ci'))} "
-               f"{_coverage(b.get('speedup_ci_label'))}</span></td>")
-            + f"<td class=vs>{_vs_cell(b)}</td>"
+               f"<td class=speedup>{_bar_cell(doc, b, 'speedup', mx)}{_f(b['speedup'])}× <span class=ci>"
+               f"{_ci_text(b.get('speedup_ci'))} {_coverage(b.get('speedup_ci_label'))}</span></td>")
+            + f"<td class=vs>{'' if mid == 'normal' else _bar_cell(doc, b, 'vs_baseline', mx)}{_vs_cell(b)}</td>"
             f"<td>{_f(b['tokens_per_target_call'], 2)}</td>"
             f"{_activity_summary(m, b)}<td>{ex}</td>"
             f"<td class=more>{_f(b['tokens_per_second'], 1)}</td>"
@@ -421,35 +451,102 @@ def _ratio_cell(b: dict) -> str:
 
 
 def _speedup_chart(doc: dict) -> str:
-    """Inline SVG: best-width speedup per method with its order-statistic interval and rank group, in the ranking's
-    order, and the 1x line (normal)."""
+    """Inline SVG: each method's ranking statistic (ranked_statistic: its ratio against dflash at the ranking width
+    where the run ranked by it, else its speedup over greedy) with its interval and rank group, in the ranking's
+    order, and the 1x line (dflash, or normal): the bars, the order and the groups from one statistic."""
     ms = [kv for kv in sorted(doc["methods"].items(), key=lambda kv: ranking_order(doc, kv)) if kv[0] != "normal"]
     if not ms:
         return ""
-    ci = {mid: (m["best"].get("speedup_ci") or [m["best"]["speedup"]] * 2) for mid, m in ms}
-    hi = max([max(m["best"]["speedup"], ci[mid][1]) for mid, m in ms] + [1.0]) * 1.08
+    stat = {mid: ranked_statistic(doc, m["best"]) for mid, m in ms}
+    name = next(iter(stat.values()))[2]
+    ci = {mid: (v[1] if isinstance(v[1], list) and len(v[1]) == 2 else [v[0], v[0]]) for mid, v in stat.items()}
+    hi = max([max(stat[mid][0], ci[mid][1]) for mid, _ in ms] + [1.0]) * 1.08
     row, left, width = 18, 270, 520  # left: room for "<id> w<w> G<n> (inactive here)"
     x = lambda v: left + width * v / hi  # noqa: E731
     parts = [f'<line x1="{x(1):.1f}" y1="0" x2="{x(1):.1f}" y2="{row * len(ms)}" stroke="#8a9aab" '
              'stroke-dasharray="3,3"/>']
+    rk = doc.get("ranking") or {}
     for i, (mid, m) in enumerate(ms):
         b, y = m["best"], i * row
-        col = "#5fd38d" if b["speedup"] >= 1 else "#ff8c6b"
+        v = stat[mid][0]
+        w = rk.get("width") if name == "vs_baseline" else b["width"]
+        col = "#5fd38d" if v >= 1 else "#ff8c6b"
         lo, up = ci[mid]
         grp = "" if b.get("rank_group") is None else f" G{_e(b['rank_group'])}"
         if activity_label(m).startswith("inactive"):
             grp += " (inactive here)"
-        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(b["width"])}{grp}</text>'
-                     f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(b["speedup"]) - left):.1f}" height="12" '
-                     f'fill="{col}"><title>{_e(mid)}: {_f(b["speedup"])}x, interval {_f(lo)}–{_f(up)}{grp}</title></rect>'
+        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end">{_e(mid)} w{_e(w)}{grp}</text>'
+                     f'<rect x="{left}" y="{y + 3}" width="{max(0.0, x(v) - left):.1f}" height="12" '
+                     f'fill="{col}"><title>{_e(mid)}: {_f(v)}x, interval {_f(lo)}–{_f(up)}{grp}</title></rect>'
                      f'<line class=ci x1="{x(max(lo, 0)):.1f}" y1="{y + 9}" x2="{x(up):.1f}" y2="{y + 9}" '
-                     f'stroke="#e6e6e6"/><text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(b["speedup"], 2)}×</text>')
+                     f'stroke="#e6e6e6"/><text x="{x(up) + 6:.1f}" y="{y + 13}">{_f(v, 2)}×</text>')
     h = row * len(ms) + 4
-    return (f'<svg id=speedup-chart role=img aria-label="speedup per method" width="{left + width + 70}" height="{h}" '
+    what = (f"median ratio against plain {_e(rk.get('baseline') or 'dflash')} at the ranking width {_e(rk.get('width'))} "
+            "(paired per round over the ranking rounds: the statistic the order and the groups come from); dashed: "
+            "1× (as fast as dflash)" if name == "vs_baseline" else
+            "median paired speedup over greedy at the width shown; dashed: 1× (normal)")
+    return (f'<svg id=speedup-chart data-statistic="{name}" role=img aria-label="ranking statistic per method" '
+            f'width="{left + width + 70}" height="{h}" '
             f'font-size="11" fill="#e6e6e6" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
-            '<p class=muted>bar: median paired speedup at the width shown; whisker: its order-statistic interval of '
-            'the median (95 % from 6 rounds; below that the min-max, with its coverage in the table); G<i>n</i>: rank group (see the methods table\'s note); inactive here: the draft never differed from '
-            'dflash\'s; dashed: 1× (normal)</p>')
+            f'<p class=muted>bar: {what}; whisker: its order-statistic interval of '
+            'the median (95 % from 6 rounds; below that the min-max, with its coverage in the table); G<i>n</i>: rank '
+            'group (see the methods table\'s note); inactive here: the draft never differed from dflash\'s</p>')
+
+
+def acceptance_length(r: dict) -> float | None:
+    """Tokens per target call without the prefill call (vLLM's acceptance length): (new tokens - prompts) / (target
+    calls - prompts); the prefill commits one token per prompt in one call. None where the row lacks the counts."""
+    n, c, p = r.get("new_tokens"), r.get("target_calls"), r.get("prompts")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (n, c, p)) or c <= p:
+        return None
+    return (n - p) / (c - p)
+
+
+def peer_section(doc: dict) -> str:
+    """The peer (transformers' DFlash with the lab's drafter) beside the lab's dflash at the peer's own width: width,
+    tokens per target call with and without the prefill call, speedup over greedy and tok/s; shown on both pages."""
+    peer = (doc.get("references") or {}).get("dflash_transformers")
+    if not isinstance(peer, dict):
+        return ""
+    w = peer.get("width")
+    rows_d = ((doc.get("methods") or {}).get("dflash") or {}).get("rows") or {}
+    ours = rows_d.get(str(w)) if isinstance(w, int) and not isinstance(w, bool) else None
+
+    def row(name: str, width, r: dict | None) -> str:
+        if r is None:
+            return (f"<tr><td>{_e(name)}</td><td>{_e(width)}</td><td colspan=4 class=muted>not measured at this width "
+                    f"(the lab's dflash ran at {_e(', '.join(sorted(rows_d, key=int)) or 'no width')})</td></tr>")
+        return (f"<tr><td>{_e(name)}</td><td>{_e(width if width is not None else '–')}</td>"
+                f"<td>{_f(r.get('tokens_per_target_call'), 2)}</td><td>{_f(acceptance_length(r), 2)}</td>"
+                f"<td>{_f(r.get('speedup'))}×</td><td>{_f(r.get('tokens_per_second'), 1)}</td></tr>")
+    return ("<h2>Peer: transformers' DFlash, same drafter</h2><table id=peer-table><tr><th>row</th><th>width</th>"
+            "<th title=\"new tokens / target calls, the prefill call counted\">tok/call</th><th title=\"(new tokens - "
+            "prompts) / (target calls - prompts): the prefill call and its token left out, as vLLM reports acceptance "
+            "length\">tok/verify</th><th>speedup</th><th>tok/s</th></tr>"
+            + row("dflash_transformers (peer)", w, peer) + row("dflash (this lab)", w, ours) + "</table>"
+            "<p class=muted>Same width, same drafter weights. tok/call counts the prefill call (the lab's "
+            "definition); tok/verify leaves it out (vLLM's acceptance length): docs/methodology.md.</p>")
+
+
+def impossible_section(doc: dict) -> str:
+    """The rounds flagged as beyond what the run can physically reach (report.impossible), each with its limit; they
+    are kept in the saved rows and left out of every statistic that names groups."""
+    imp = doc.get("impossible") if isinstance(doc.get("impossible"), dict) else {}
+    rounds = [r for r in imp.get("rounds") or [] if isinstance(r, dict)]
+    head = f"<h2>Impossible rounds ({len(rounds)})</h2>"
+    rule = f"<p class=muted>Rule: {_e(imp.get('rule') or '')}.</p>" if imp else ""
+    if not rounds:
+        return head + "<p class=muted id=impossible-none>no round lies beyond what the run can reach.</p>" + rule
+    label = {"speedup_rounds": "speedup over greedy", "vs_baseline_rounds": "ratio against dflash"}
+    rows = "".join(
+        f"<tr class=impossible><td>{_e(r.get('case'))}</td><td>{_e(label.get(r.get('statistic'), r.get('statistic')))}"
+        f"</td><td>{_e(r.get('round', 0) + 1 if isinstance(r.get('round'), int) else '?')}</td>"
+        f"<td class=bad>{_f(r.get('value'))}×</td><td>{_e('above the bound' if r.get('side') == 'above' else 'below the floor')}"
+        f" {_f(r.get('limit'))}× (allowance ×{_f(imp.get('allowance'), 2)})</td></tr>" for r in rounds)
+    return (head + "<table id=impossible-table><tr><th>case</th><th>statistic</th><th>round</th><th>value</th>"
+            f"<th>limit</th></tr>{rows}</table><p class=muted>These rounds are kept in benchmark.json (each row's "
+            "<code>impossible</code> lists their indices) and left out of the medians, intervals, ranking groups and "
+            f"the gate.</p>{rule}")
 
 
 def _goals_table(doc: dict) -> str:
@@ -662,9 +759,10 @@ def _verify_caption(doc: dict) -> str:
     measured = plots.measured_verify_widths(doc)
     over = plots.bound_exceeded(doc)
     oracle = [r.get("speedup_ci_label") for k, r in (doc.get("references") or {}).items() if k.startswith("oracle-w")]
-    text = ("Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps, the isotonic fit of the decode loop's "
-            "own verify forwards, drawn only at the widths the loop timed"
-            + (f" ({', '.join(map(str, measured))})" if measured else "") + ". Right: the model bound, the speedup a "
+    text = ("Left: a verify of w drafts costs t_verify(w)/t_decode greedy steps: the isotonic fit of the decode loop's "
+            "own verify forwards as a line to the block size, a point at each width the loop timed"
+            + (f" ({', '.join(map(str, measured))})" if measured else "") + ", and hollow points for the isolated "
+            "curve (test_verify_cost: every width, measured at one context). Right: the model bound, the speedup a "
             "perfect, free drafter would reach (greedy's loop time over the speculative prefill plus the oracle's "
             "round schedule priced on that fitted curve), against the oracle rows (replayed greedy drafts, measured; "
             "whisker: " + plots.interval_caption(oracle) + "): the gap is what drafting and the loop cost.")
@@ -719,7 +817,7 @@ def render_report(doc: dict) -> str:
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab — {_e(tgt.get('name', ''))}
 on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>{gate} · {_aa_header(doc)} ·
 <a href="index.html">mechanism explorer</a> · <a href="benchmark.json">benchmark.json</a></div></header><main>
-{headline_html(doc)}{noise_banner(doc)}
+{smoke_banner(doc)}{headline_html(doc)}{noise_banner(doc)}
 <div class=kpi><div>normal tok/s<b>{_f(normal.get('tokens_per_second'), 1)}</b></div>
 {_group_kpi(doc)}<div>ranking width<b>{_e(rk.get('width') if rk.get('width') is not None else '–')}</b></div></div>
 <p class=muted>{_e(st.get('prompt_limit', '?'))} held-out prompts × {_e(st.get('tokens', '?'))} tokens ×
@@ -729,6 +827,7 @@ on {_e(doc['device'])}</h1>{_run_info(doc)}{_model_hashes(doc)}<div class=muted>
  Speedup = normal wall / method wall, paired per round inside this run; spread is Q1–Q3 over rounds{_schedule_note(st)}.</p>
 {_normal_note(doc)}
 <h2>Ranking (width shown per method)</h2>{_speedup_chart(doc)}{_methods_table(doc)}
+{peer_section(doc)}{impossible_section(doc)}
 <h2>Operating points (each method at its own width)</h2>{operating_table(doc)}
 <h2>By task family (width shown per method)</h2>{task_table(doc)}
 {_figures(doc)}
@@ -780,12 +879,12 @@ def render_index(doc: dict) -> str:
 <style>{CSS}</style></head><body><header><h1>DFlash Mini Lab · {_e(doc['device'])}</h1>{_run_info(doc)}
 <div class=muted>{'<span class=ok>all methods exact</span>' if ok else '<span class=bad>exactness gate failed</span>'}
  · {_aa_header(doc)} · <a href="report.html">full report</a> · <a href="benchmark.json">benchmark.json</a></div>
-</header><main>{headline_html(doc)}{noise_banner(doc)}
+</header><main>{smoke_banner(doc)}{headline_html(doc)}{noise_banner(doc)}
 <h2>Mechanism explorer</h2><p class=muted>Replays real block traces recorded in this run (first prompt): the prompt,
 the text generated before the round, then the draft, the accepted prefix (green), the first rejected draft (red), and
 the committed correction (amber) or bonus token (blue) from the same target forward.</p>
 <p><select id=method></select> <button id=play>pause / play</button></p>
 {_prompt_block(doc)}<div class=muted>generated before this round</div>
 <div id=context class=ctx></div><div id=chips></div><p id=info class=muted></p>
-<h2>Ranking</h2>{_methods_table(doc)}
+<h2>Ranking</h2>{_methods_table(doc)}{peer_section(doc)}
 <script id=payload type=application/json>{_payload(doc)}</script><script>{EXPLORER_JS}</script></main></body></html>"""

@@ -14,9 +14,11 @@ import html
 import math
 from collections.abc import Callable, Sequence
 
-# one colour per speculative method, in registry order (the methods table uses the same order)
-PALETTE = ("#7fb2ff", "#5fd38d", "#f5c26b", "#ff8c6b", "#c792ea", "#4dd0e1", "#ff6b9a", "#b5e36b",
-           "#ffd54f", "#90a4ae", "#a1887f", "#64b5f6", "#e57373", "#81c784", "#ba68c8", "#4db6ac")
+# Okabe & Ito's colour-blind-safe palette (black swapped for a light grey on the dark page). Eight colours for up to
+# fifteen methods: the first eight draw solid lines with filled markers, the next eight the same colours with dashed
+# lines and hollow markers, so no two methods look alike (registry order, as the methods table).
+PALETTE = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#3D8FD1", "#D55E00", "#CC79A7", "#BBBBBB")
+BG = "#0f1419"  # the page's background: a hollow marker's fill
 W, H = 560, 300  # one plot's size in px
 PAD = {"left": 56, "right": 14, "top": 26, "bottom": 44}
 
@@ -106,8 +108,25 @@ class Frame:
                 f'stroke="{colour}" stroke-dasharray="{dash}"/>{text}')
 
 
+def style(i: int) -> tuple[str, str, bool]:
+    """(colour, dash, hollow) of the i-th method: PALETTE's colour, and past its length a dashed line with hollow
+    markers, so fifteen methods get fifteen different looks."""
+    return PALETTE[i % len(PALETTE)], ("5,3" if (i // len(PALETTE)) % 2 else ""), bool((i // len(PALETTE)) % 2)
+
+
+def curve(fr: Frame, name: str, points: Sequence[tuple], colour: str, dash: str = "4,3") -> str:
+    """A line without data markers (a model or a fit drawn between measured points): `<g class=curve>`, not a series,
+    so what is counted as measured stays the circles."""
+    pts = sorted((p[0], p[1]) for p in points if _num(p[0]) and _num(p[1]))
+    if len(pts) < 2:
+        return ""
+    d = " ".join(f"{'M' if i == 0 else 'L'}{fr.x(x):.1f},{fr.y(y):.1f}" for i, (x, y) in enumerate(pts))
+    return (f'<g class=curve data-curve="{_e(name)}" data-points="{len(pts)}"><path class=line d="{d}" fill="none" '
+            f'stroke="{colour}" stroke-width="1.4" stroke-dasharray="{dash}"><title>{_e(name)}</title></path></g>')
+
+
 def series(fr: Frame, name: str, points: Sequence[tuple], colour: str, line: bool = True,
-           label: Callable[[tuple], str] | None = None, dash: str = "") -> str:
+           label: Callable[[tuple], str] | None = None, dash: str = "", hollow: bool = False) -> str:
     """One series: its line (when asked), a circle per point and a whisker per point with an interval.
     `points`: (x, y) or (x, y, (lo, hi)); points without a finite y are left out (and not counted)."""
     pts = [p for p in points if _num(p[0]) and _num(p[1])]
@@ -128,21 +147,28 @@ def series(fr: Frame, name: str, points: Sequence[tuple], colour: str, line: boo
                        f'<line x1="{x - 3:.1f}" y1="{lo:.1f}" x2="{x + 3:.1f}" y2="{lo:.1f}"/>'
                        f'<line x1="{x - 3:.1f}" y1="{hi:.1f}" x2="{x + 3:.1f}" y2="{hi:.1f}"/>')
         tip = label(p) if label else f"{name}: {_g(p[0], 0)}, {_g(p[1])}"
+        mark = f'fill="{BG}" stroke="{colour}" stroke-width="1.4"' if hollow else f'stroke="{BG}" stroke-width="0.8"'
         out.append(f'<circle class=pt data-x="{_g(p[0], 0)}" data-y="{_g(p[1], 4)}" cx="{x:.1f}" cy="{y:.1f}" '
-                   f'r="3.2" stroke="#0f1419" stroke-width="0.8"><title>{_e(tip)}</title></circle>')
+                   f'r="3.2" {mark}><title>{_e(tip)}</title></circle>')
     out.append("</g>")
     return "".join(out)
 
 
-def legend(entries: Sequence[tuple[str, str]], x: float, width: float) -> tuple[str, int]:
-    """Colour keys in rows under the panels: (svg, height used)."""
+def legend(entries: Sequence[tuple], x: float, width: float) -> tuple[str, int]:
+    """Keys in rows under the panels, each as its series looks (colour, dash, filled or hollow marker): (svg, height
+    used). An entry is (name, colour) or (name, colour, dash, hollow)."""
     # a cell as wide as the longest name at ~6.5 px a character (11 px system-ui), so no key runs into the next
-    out, col, row, cw = [], 0, 0, max(90, 24 + 6.5 * max((len(n) for n, _ in entries), default=0))
+    out, col, row, cw = [], 0, 0, max(90, 34 + 6.5 * max((len(e[0]) for e in entries), default=0))
     per_row = max(1, int(width // cw))
-    for name, colour in entries:
+    for name, colour, *look in entries:
+        dash, hollow = (look + ["", False])[:2]
         cx, cy = x + col * cw, H + 6 + row * 16
-        out.append(f'<g class=key><rect x="{cx:.1f}" y="{cy:.1f}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{cx + 14:.1f}" y="{cy + 9:.1f}">{_e(name)}</text></g>')
+        fill = f'fill="{BG}" stroke="{colour}" stroke-width="1.4"' if hollow else f'fill="{colour}"'
+        out.append(f'<g class=key data-key="{_e(name)}"><line x1="{cx:.1f}" y1="{cy + 5:.1f}" x2="{cx + 20:.1f}" '
+                   f'y2="{cy + 5:.1f}" stroke="{colour}" stroke-width="1.6"' + (f' stroke-dasharray="{dash}"' if dash
+                                                                                  else "")
+                   + f'/><circle cx="{cx + 10:.1f}" cy="{cy + 5:.1f}" r="3.2" {fill}/><text x="{cx + 24:.1f}" '
+                   f'y="{cy + 9:.1f}">{_e(name)}</text></g>')
         col += 1
         if col == per_row:
             col, row = 0, row + 1
@@ -161,9 +187,22 @@ def _empty(plot_id: str, label: str, why: str) -> str:
     return f'<p class="muted no-data" id="{_e(plot_id)}" data-plot-empty="1">{_e(label)}: {_e(why)}</p>'
 
 
-def _colours(doc: dict) -> dict[str, str]:
+def _styles(doc: dict) -> dict[str, tuple[str, str, bool]]:
+    """Each speculative method's (colour, dash, hollow), in registry order (style)."""
     spec = [mid for mid in doc.get("methods") or {} if mid != "normal"]
-    return {mid: PALETTE[i % len(PALETTE)] for i, mid in enumerate(spec)}
+    return {mid: style(i) for i, mid in enumerate(spec)}
+
+
+def _colours(doc: dict) -> dict[str, str]:
+    return {mid: st[0] for mid, st in _styles(doc).items()}
+
+
+def _method_series(fr: Frame, doc: dict, data: dict, label) -> tuple[str, list]:
+    """Every method's series in its own look, and the legend's entries."""
+    looks = _styles(doc)
+    body = [series(fr, mid, ps, looks[mid][0], dash=looks[mid][1], hollow=looks[mid][2], label=label(mid, ps))
+            for mid, ps in data.items()]
+    return "".join(body), [(mid, *looks[mid]) for mid in data]
 
 
 def interval_caption(labels: Sequence) -> str:
@@ -219,21 +258,55 @@ def speedup_vs_width(doc: dict) -> str:
         return _empty(pid, label, "no speculative method was measured")
     widths = sorted({p[0] for p in pts})
     ys = [v for p in pts for v in (p[1], *(p[2] or ()))]
-    lo_w, hi_w = widths[0], widths[-1]
-    xr = (lo_w - 0.5, hi_w + 0.5) if lo_w == hi_w else (lo_w - 0.04 * (hi_w - lo_w) - 0.3,
-                                                          hi_w + 0.04 * (hi_w - lo_w) + 0.3)
     labels = {p[3] for p in pts}
     short = labels.pop().split(" (")[0] if len(labels) == 1 and None not in labels else "median interval"
-    fr = Frame(xr, _range(ys, include=(1.0,)), xticks=widths, fmt_y="{:g}×", xlabel="verify width w",
-               ylabel="speedup over greedy", title=f"speedup vs verify width (whisker: {short})")
-    body = [fr.axes(), fr.hline(1.0, "1× normal")]
-    for mid, ps in data.items():
-        body.append(series(fr, mid, [p[:3] for p in ps], colours[mid],
-                           label=lambda p, mid=mid, ps=ps: f"{mid} w{p[0]}: {_g(p[1])}× ("
-                           f"{dict((q[0], q[3]) for q in ps).get(p[0]) or 'interval'} "
-                           f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
-    keys, kh = legend([(mid, colours[mid]) for mid in data], PAD["left"], W - PAD["left"])
+    model = width_model(doc)
+    every = sorted({*widths, *model})
+    lo_w, hi_w = every[0], every[-1]
+    xr = (lo_w - 0.5, hi_w + 0.5) if lo_w == hi_w else (lo_w - 0.04 * (hi_w - lo_w) - 0.3,
+                                                          hi_w + 0.04 * (hi_w - lo_w) + 0.3)
+    fr = Frame(xr, _range([*ys, *model.values()], include=(1.0,)), xticks=every, fmt_y="{:g}×",
+               xlabel="verify width w", ylabel="speedup over greedy",
+               title=f"speedup vs verify width (whisker: {short})")
+    body = [fr.axes(), fr.hline(1.0, "1× normal"),
+            curve(fr, "dflash, cost model on calibration prompts", list(model.items()), "#8a9aab", dash="2,3")]
+    drawn, keys_in = _method_series(fr, doc, {mid: [p[:3] for p in ps] for mid, ps in data.items()},
+                                    lambda mid, ps: lambda p: f"{mid} w{p[0]}: {_g(p[1])}× ("
+                                    f"{dict((q[0], q[3]) for q in data[mid]).get(p[0]) or 'interval'} "
+                                    f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})")
+    body.append(drawn)
+    body.append(_own_widths(fr, doc, data))
+    keys, kh = legend(keys_in + ([("dflash cost model (calibration)", "#8a9aab", "2,3", True)] if model else []),
+                      PAD["left"], W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, extra_height=kh)
+
+
+def width_model(doc: dict) -> dict[int, float]:
+    """dflash's cost-model speedup on calibration prompts at every width the width choice evaluated (settings.
+    width_choice.table): the widths the benchmark did not time, drawn as a model curve beside the measured points."""
+    wc = (doc.get("settings") or {}).get("width_choice")
+    table = wc.get("table") if isinstance(wc, dict) else None
+    out = {}
+    for r in table if isinstance(table, list) else []:
+        if isinstance(r, dict) and isinstance(r.get("width"), int) and _num(r.get("model_speedup")):
+            out[int(r["width"])] = float(r["model_speedup"])
+    return dict(sorted(out.items()))
+
+
+def _own_widths(fr: Frame, doc: dict, data: dict) -> str:
+    """A ring around each method's own operating width where the run records one (`settings.method_widths`)."""
+    own = (doc.get("settings") or {}).get("method_widths")
+    if not isinstance(own, dict):
+        return ""
+    out = []
+    for mid, ps in data.items():
+        sel = own.get(mid).get("selected") if isinstance(own.get(mid), dict) else None
+        hit = next((p for p in ps if p[0] == sel and _num(p[1])), None)
+        if hit is not None:
+            out.append(f'<circle class=own-width data-method="{_e(mid)}" data-x="{sel}" cx="{fr.x(sel):.1f}" '
+                       f'cy="{fr.y(hit[1]):.1f}" r="7" fill="none" stroke="#e6e6e6" stroke-width="1.2">'
+                       f"<title>{_e(mid)}: its own width {sel}</title></circle>")
+    return "".join(out)
 
 
 def tokens_per_call(doc: dict) -> str:
@@ -254,10 +327,10 @@ def tokens_per_call(doc: dict) -> str:
                fmt_y="{:g}", xlabel="verify width w", ylabel="tokens per target call",
                title="tokens per target call (deterministic: no interval)")
     body = [fr.axes(), fr.hline(1.0, "1 = greedy")]
-    for mid, ps in data.items():
-        body.append(series(fr, mid, ps, colours[mid], label=lambda p, mid=mid: f"{mid} w{p[0]}: {_g(p[1])} tokens "
-                                                                               "per target call"))
-    keys, kh = legend([(mid, colours[mid]) for mid in data], PAD["left"], W - PAD["left"])
+    drawn, keys_in = _method_series(fr, doc, data, lambda mid, ps: lambda p: f"{mid} w{p[0]}: {_g(p[1])} tokens "
+                                    "per target call")
+    body.append(drawn)
+    keys, kh = legend(keys_in, PAD["left"], W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, extra_height=kh)
 
 
@@ -282,11 +355,11 @@ def acceptance_by_position(doc: dict) -> str:
                xlabel="draft position i", ylabel="accepted at i / proposed at i",
                title="acceptance per draft position (each method at its shown width)")
     body = [fr.axes()]
-    for mid, ps in data.items():
-        w = doc["methods"][mid]["best"]["width"]
-        body.append(series(fr, mid, ps, colours[mid],
-                           label=lambda p, mid=mid, w=w: f"{mid} (w{w}) position {p[0]}: {_g(100 * p[1], 1)} %"))
-    keys, kh = legend([(mid, colours[mid]) for mid in data], PAD["left"], W - PAD["left"])
+    shown = {mid: doc["methods"][mid]["best"]["width"] for mid in data}
+    drawn, keys_in = _method_series(fr, doc, data, lambda mid, ps: lambda p: f"{mid} (w{shown[mid]}) position {p[0]}: "
+                                    f"{_g(100 * p[1], 1)} %")
+    body.append(drawn)
+    keys, kh = legend(keys_in, PAD["left"], W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, extra_height=kh)
 
 
@@ -294,20 +367,23 @@ def verify_cost(doc: dict) -> str:
     """Left: the verify-cost curve t_verify(w)/t_decode. Right: the bound (w+1)·t_decode/t_verify(w) a perfect free
     drafter would reach, against the oracle rows (replayed greedy drafts, measured: whisker = 95 % CI)."""
     pid, label = "plot-verify-cost", "verify-cost curve, the speedup bound and the oracle rows"
-    ratio = {int(w): v for w, v in ((doc.get("verify_cost") or {}).get("ratio") or {}).items() if _num(v)}
+    fitted = {int(w): v for w, v in ((doc.get("verify_cost") or {}).get("ratio") or {}).items() if _num(v)}
     measured = measured_verify_widths(doc)
-    if measured:  # the loop's fit: drawn only at the widths the loop timed
-        ratio = {w: v for w, v in ratio.items() if w in measured}
+    # points at the widths the loop timed; the fitted curve drawn on to the block size as a line
+    ratio = {w: v for w, v in fitted.items() if w in measured} if measured else dict(fitted)
+    iso = (doc.get("verify_cost") or {}).get("isolated")
+    isolated = {int(w): v for w, v in ((iso or {}).get("ratio") or {}).items() if _num(v)} if isinstance(iso, dict) \
+        else {}
     bound = {int(w): v for w, v in (doc.get("upper_bound_speedup") or {}).items() if _num(v)}
     oracle = {int(k.split("-w", 1)[1]): r for k, r in (doc.get("references") or {}).items()
               if k.startswith("oracle-w") and k.split("-w", 1)[1].isdigit() and isinstance(r, dict)}
-    if not (ratio or bound or oracle):
+    if not (ratio or bound or oracle or isolated):
         return _empty(pid, label, "this run measured no verify-cost curve and no oracle rows")
-    ws = sorted({*ratio, *bound, *oracle})
+    ws = sorted({*fitted, *isolated, *bound, *oracle})
     xr = (ws[0] - 0.5, ws[-1] + 0.5)
     ticks = ws if len(ws) <= 16 else None
     half = W
-    left = Frame(xr, _range(list(ratio.values()), include=(1.0,)), x0=0, width=half, xticks=ticks,
+    left = Frame(xr, _range([*fitted.values(), *isolated.values()], include=(1.0,)), x0=0, width=half, xticks=ticks,
                  fmt_y="{:g}", xlabel="drafts verified w", ylabel="t_verify(w) / t_decode",
                  title="verify cost (1 = one greedy step)")
     oy = [v for r in oracle.values() for v in (r.get("speedup"), *(r.get("speedup_ci") or ()))]
@@ -315,16 +391,20 @@ def verify_cost(doc: dict) -> str:
                   fmt_y="{:g}×", xlabel="verify width w", ylabel="speedup over greedy",
                   title="model bound vs oracle drafts (measured)")
     body = [left.axes(), left.hline(1.0), right.axes(), right.hline(1.0, "1× normal")]
-    body.append(series(left, "verify cost", sorted(ratio.items()), "#7fb2ff",
-                       label=lambda p: f"t_verify({p[0]})/t_decode = {_g(p[1])}"))
-    body.append(series(right, "bound", sorted(bound.items()), "#f5c26b", dash="5,3",
+    body.append(curve(left, "fitted curve (loop), to the block size", sorted(fitted.items()), "#56B4E9"))
+    body.append(series(left, "verify cost", sorted(ratio.items()), "#56B4E9", line=False,
+                       label=lambda p: f"t_verify({p[0]})/t_decode = {_g(p[1])} (loop-timed width, on the fit)"))
+    body.append(series(left, "isolated (measured)", sorted(isolated.items()), "#E69F00", line=False, hollow=True,
+                       label=lambda p: f"isolated t_verify({p[0]})/t_decode = {_g(p[1])} (measured at one context)"))
+    body.append(series(right, "bound", sorted(bound.items()), "#F0E442", dash="5,3",
                        label=lambda p: f"bound at w{p[0]}: {_g(p[1])}×"))
     body.append(series(right, "oracle", [(w, r.get("speedup"), r.get("speedup_ci")) for w, r in sorted(oracle.items())],
-                       "#5fd38d", label=lambda p: f"oracle w{p[0]}: {_g(p[1])}× measured ("
+                       "#009E73", label=lambda p: f"oracle w{p[0]}: {_g(p[1])}× measured ("
                        f"{(oracle.get(p[0]) or {}).get('speedup_ci_label') or 'interval'} "
                        f"{_g((p[2] or [None])[0])}–{_g((p[2] or [None, None])[1])})"))
-    keys, kh = legend([("t_verify(w)/t_decode", "#7fb2ff"), ("bound", "#f5c26b"), ("oracle (measured)", "#5fd38d")],
-                      PAD["left"], 2 * W - PAD["left"])
+    keys, kh = legend([("loop fit: timed widths (points), curve to B", "#56B4E9"),
+                       ("isolated curve (measured)", "#E69F00", "", True), ("bound", "#F0E442", "5,3"),
+                       ("oracle (measured)", "#009E73")], PAD["left"], 2 * W - PAD["left"])
     return svg(pid, label, "".join(body) + keys, width=2 * W, extra_height=kh)
 
 

@@ -12,6 +12,7 @@ import math
 from ..bench.config import BASELINE
 from ..stats.selection import NOT_FASTEST, RULE, adjusted_noise, rank
 from ..stats.summary import median_interval
+from .impossible import kept, kept_flags
 
 NOISE_FIGURE = "pooled robust SD (MAD x 1.4826, small-sample factor) of the ranked cases' per-round log ratios"
 
@@ -31,9 +32,22 @@ def ranked_rounds(methods: dict, width: int | None) -> tuple[str, dict[str, list
     speculative = {mid: m for mid, m in methods.items() if mid != "normal"}
     at = {mid: m["rows"].get(str(width)) for mid, m in speculative.items()}
     if width is not None and at and all(r is not None and r.get("vs_baseline_rounds") for r in at.values()):
-        return "vs_baseline", {mid: list(r["vs_baseline_rounds"]) for mid, r in at.items()}
-    return "speedup", {mid: list(m["rows"][str(m["best"]["width"])]["speedup_rounds"])
+        return "vs_baseline", {mid: kept(r, "vs_baseline_rounds") for mid, r in at.items()}
+    return "speedup", {mid: kept(m["rows"][str(m["best"]["width"])], "speedup_rounds")
                        for mid, m in speculative.items()}
+
+
+def preliminary_noise(methods: dict, settings: dict, threshold: float) -> float | None:
+    """The noise figure of the ranking rounds before any round is flagged impossible (report.impossible needs it to
+    size its allowance; the figure is a robust SD, so a wild round barely moves it); None without ranking rounds."""
+    width = ranking_width(methods, settings)
+    if width is None:
+        return None
+    at = {mid: m["rows"].get(str(width)) for mid, m in methods.items() if mid != "normal"}
+    ratios = {mid: r["vs_baseline_rounds"] for mid, r in at.items() if r and r.get("vs_baseline_rounds")}
+    if not ratios:
+        return None
+    return adjusted_noise(ratios, threshold=threshold, baseline_first=baseline_first(methods, width))[2].get("sigma")
 
 
 def position_effect(methods: dict, width: int | None) -> dict | None:
@@ -47,12 +61,8 @@ def position_effect(methods: dict, width: int | None) -> dict | None:
         if r is None or mid == "normal" or status not in ("baseline", "inactive") or not r.get("vs_baseline_rounds"):
             continue
         rows.append(mid)
-        orders = r.get("leg_orders") or []
-        vs = r["vs_baseline_rounds"]
         # vs = dflash wall / method wall; a round whose method leg ran first reads method / dflash
-        for i, x in enumerate(vs):
-            order = orders[i] if i < len(orders) else "nbm"
-            first_is_dflash = order.find("b") < order.find("m")
+        for x, first_is_dflash in zip(kept(r, "vs_baseline_rounds"), baseline_first({mid: m}, width)[mid]):
             per_round.append(x if first_is_dflash else 1.0 / x)
     if not per_round:
         return None
@@ -71,8 +81,9 @@ def baseline_first(methods: dict, width: int | None) -> dict[str, list[bool]]:
         if mid == "normal" or not r or not r.get("vs_baseline_rounds"):
             continue
         orders = r.get("leg_orders") or []
-        out[mid] = [(orders[i] if i < len(orders) else "nbm").find("b") < (orders[i] if i < len(orders) else "nbm")
-                    .find("m") for i in range(len(r["vs_baseline_rounds"]))]
+        first = [(orders[i] if i < len(orders) else "nbm").find("b") < (orders[i] if i < len(orders) else "nbm")
+                 .find("m") for i in range(len(r["vs_baseline_rounds"]))]
+        out[mid] = kept_flags(r, "vs_baseline_rounds", first)  # parallel to the rounds the ranking keeps
     return out
 
 

@@ -380,7 +380,9 @@ def test_cli_bench_runs_the_matrix_in_a_child_pytest(tiny_lab, tmp_path):
     assert f"report: {tmp_path / 'reports' / 'cpu' / 'index.html'}" in proc.stderr
     doc = json.loads((tmp_path / "reports" / "cpu" / "benchmark.json").read_text())
     # the terminal's last line is the answer, after pytest-benchmark's tables (stdout)
-    assert proc.stdout.rstrip().splitlines()[-1] == f"dflash headline: {doc['headline']}", proc.stdout[-2000:]
+    assert proc.stdout.rstrip().splitlines()[-2:] == [f"dflash headline: {doc['headline']}",
+                                                      f"dflash answer: {doc['answer']}"], proc.stdout[-2000:]
+    assert " greedy [" in doc["answer"] and "SMOKE RUN" in doc["answer"]  # the number, its interval, the label
     assert "-- benchmark" in proc.stdout.split("dflash headline: ")[0]
     assert set(doc["methods"]) == {"normal", "dflash"} and doc["exactness"]["all_exact"]
     saved = list((tmp_path / ".benchmarks").glob("*/0001_*.json"))  # pytest-benchmark's <machine>/ folder, as compare

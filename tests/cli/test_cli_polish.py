@@ -80,6 +80,7 @@ def test_run_json_spells_the_dtype_as_the_cli_and_reports_its_speedup(tiny_lab):
     assert doc["dtype"] == "float32" and doc["exactness"]["verdict"] == "exact"
     sp = doc["speedup_vs_greedy"]
     assert sp["speedup"] == pytest.approx(sp["greedy_seconds"] / sp["method_seconds"]) and sp["speedup"] > 0
+    assert sp["kind"] == "one-shot, unpaired"
     # transformers' weight-loading bar and its causal_conv1d fallback warnings are hidden without -v
     assert "Loading weights" not in proc.stderr and "causal_conv1d" not in proc.stderr, proc.stderr[-2000:]
 
@@ -87,7 +88,8 @@ def test_run_json_spells_the_dtype_as_the_cli_and_reports_its_speedup(tiny_lab):
 def test_run_prints_its_speedup_and_shows_transformers_noise_with_v(tiny_lab):
     proc = _run(tiny_lab, "-v")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "speedup vs greedy: " in proc.stderr and "one unpaired decode each" in proc.stderr
+    assert "one-shot speedup vs greedy (unpaired, unwarmed): " in proc.stderr and "not a measurement" in proc.stderr
+    assert "[run] width " in proc.stderr  # which width it used, and why
     assert "Loading weights" in proc.stderr and "causal_conv1d" in proc.stderr
 
 
@@ -140,3 +142,33 @@ def test_every_entry_point_has_version_and_a_console_script(capsys):
     for target in scripts.values():
         module, func = target.split(":")
         assert callable(getattr(importlib.import_module(module), func)), target
+
+
+def test_run_defaults_to_the_width_the_last_benchmark_chose_else_says_which():
+    """`run` without --width: the method's own width where the last benchmark of this model recorded one, else that
+    benchmark's ranking width, else the block size B, each with the reason it prints."""
+    rep = {"settings": {"method_widths": {"mobs": {"selected": 4}}}, "ranking": {"width": 6}}
+    assert cli.default_width("mobs", rep, 16) == (4, "the width the last benchmark of this model chose for mobs")
+    assert cli.default_width("dflash", rep, 16) == (6, "the ranking width the last benchmark of this model chose")
+    w, why = cli.default_width("dflash", None, 16)
+    assert w == 16 and why.startswith("the drafter's block size B (no benchmark of this model found in ")
+    assert cli.default_width("dflash", {"ranking": {"width": 99}}, 16)[0] == 16  # out of range: not used
+
+
+@pytest.mark.parametrize("argv,want", [(["report", "0001", "--out", "r"], ["0001", "--out", "r"]),
+                                       (["gate", "a", "b"], ["gate", "a", "b"]),
+                                       (["compare", "a", "b"], ["compare", "a", "b"]), (["run"], None)])
+def test_report_compare_and_gate_are_subcommands_of_the_one_cli(argv, want, monkeypatch, capsys):
+    """`python -m dflash_core report|compare|gate ...` (and `dflash-lab`) hand their arguments to the report's CLI."""
+    assert cli.report_argv(argv) == want
+    if want is None:
+        return
+    import dflash_core.report.__main__ as rmain
+
+    seen = []
+    monkeypatch.setattr(rmain, "main", lambda args: seen.append(args) or 7)
+    assert cli.main(argv) == 7 and seen == [want]
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert all(f"    {name}" in out for name in ("report", "compare", "gate"))

@@ -249,8 +249,28 @@ def test_reference_row_is_exact(tiny_prepared):
     rt = tiny_prepared.rt
     prompts = [list(p) for p in PROMPTS[:2]]
     refs = [list(reference(rt, tuple(p))[0][:12]) for p in prompts]
-    outs, wall = reference_runner(rt, prompts, refs, 12, "dflash_transformers", tiny_prepared.prepared)()
+    calls: list = []
+    outs, wall = reference_runner(rt, prompts, refs, 12, "dflash_transformers", tiny_prepared.prepared, calls)()
     assert outs == refs and wall > 0
+
+
+def test_the_peer_row_counts_its_target_calls_like_the_lab(tiny_prepared):
+    """transformers' DFlash row counts its target forwards (bench.peers.counted_calls): per prompt a prefill of the
+    prompt, then verifies of 1 + up to `width` tokens; its width is the drafts one verify fed, and the lab's dflash
+    at that width with the same drafter makes as many target calls (both exact greedy, same drafts)."""
+    from dflash_core.bench.peers import call_figures, reference_runner
+
+    rt = tiny_prepared.rt
+    prompts = [list(p) for p in PROMPTS[:2]]
+    refs = [list(reference(rt, tuple(p))[0][:12]) for p in prompts]
+    calls: list = []
+    reference_runner(rt, prompts, refs, 12, "dflash_transformers", tiny_prepared.prepared, calls)()
+    assert [c[0] for c in calls] == [len(p) for p in prompts]  # the first call is the prefill of the prompt
+    fig = call_figures(calls, 12)
+    assert fig["prompts"] == 2 and fig["new_tokens"] == 24 and fig["target_calls"] == sum(map(len, calls))
+    assert 1 <= fig["width"] <= tiny_prepared.prepared.drafter.cfg.block_size
+    ours = [run_method("dflash", rt, tiny_prepared.prepared, p, 12, fig["width"])[1] for p in prompts]
+    assert sum(st.target_calls for st in ours) == fig["target_calls"], (calls, [st.target_calls for st in ours])
 
 
 @pytest.fixture(scope="module")

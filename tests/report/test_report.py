@@ -165,13 +165,14 @@ def _gate_files(tmp_path, new_bench):
 
 def test_gate_passes_identical_runs_and_noise(tmp_path, capsys):
     same = _bench("dflash", 2, speedup=1.5, rounds=[1.49, 1.5, 1.51])  # quiet: noise figure ~1 %
-    assert report_main(["gate", *_gate_files(tmp_path, same)]) == 0
-    assert "no regression" in capsys.readouterr().out
+    # identical 3-round runs: nothing regressed, but 3 rounds cannot clear a case (exit 3, inconclusive)
+    assert report_main(["gate", *_gate_files(tmp_path, same)]) == 3
+    assert "gate: inconclusive (regression 0, no regression 0, inconclusive 1" in capsys.readouterr().out
     # 20% slower median, but the rounds scatter by ~40 %: the change's joint interval holds no change, so noise,
-    # not a regression
-    assert report_main(["gate", *_gate_files(tmp_path, _bench("dflash", 2, speedup=1.2, rounds=[0.9, 1.2, 1.9]))]) == 0
+    # not a regression, and not "no regression" either
+    assert report_main(["gate", *_gate_files(tmp_path, _bench("dflash", 2, speedup=1.2, rounds=[0.9, 1.2, 1.9]))]) == 3
     out = capsys.readouterr().out
-    assert "REGRESSION" not in out and "no regression" in out
+    assert "REGRESSION" not in out and "gate: inconclusive" in out
 
 
 @pytest.mark.parametrize("new,what", [
@@ -708,7 +709,7 @@ def test_each_caption_names_the_statistic_it_draws():
     left = vc.split('data-series="verify cost"', 1)[1].split("</g>", 1)[0]
     assert left.count('class=pt ') == 2
     cap = _caption(page, "plot-verify-cost")
-    assert "drawn only at the widths the loop timed (2, 3)" in cap
+    assert "a point at each width the loop timed (2, 3)" in cap and "hollow points for the isolated curve" in cap
     assert "At width 3 the measured oracle lies above" in cap
     # normal against itself: the A/A figure
     table = _Table(page)
@@ -724,3 +725,121 @@ def test_each_caption_names_the_statistic_it_draws():
             if mid != "normal"]
     assert [(doc["methods"][mid]["best"]["rank_group"], -doc["methods"][mid]["best"]["vs_baseline"])
             for mid in order[:-1]] == sorted(keys)
+
+
+def test_table_bars_order_and_chart_come_from_one_statistic():
+    """The ranking table is ordered by the ranking's statistic (the ratio against dflash at the ranking width), so
+    its bars and the chart's bars show that statistic too, never a 3-round speedup: within a rank group the bars
+    shrink down the table, and the chart draws each method's vs_baseline median."""
+    import re
+
+    from .report_data import rich_saved
+
+    doc = build_report([rich_saved()], ["r"])
+    page = render_report(doc)
+    table = page.split("id=methods-table", 1)[1].split("</table>", 1)[0]
+    rows = [r for r in table.split("<tr")[2:] if 'data-method="normal"' not in r]
+    widths, groups = [], []
+    for r in rows:
+        mid = re.search(r'data-method="([a-z0-9_]+)"', r).group(1)
+        vs_cell = r.split("<td class=vs>", 1)[1].split("</td>", 1)[0]
+        speed_cell = r.split("<td class=speedup>", 1)[1].split("</td>", 1)[0]
+        assert "class=\"bar" in vs_cell and "class=\"bar" not in speed_cell, mid
+        widths.append(int(re.search(r"width:([0-9]+)px", vs_cell).group(1)))
+        groups.append(doc["methods"][mid]["best"]["rank_group"])
+    for g in set(groups):
+        ws = [w for w, gg in zip(widths, groups) if gg == g]
+        assert ws == sorted(ws, reverse=True), (g, ws)
+    chart = page.split("id=speedup-chart", 1)[1].split("</svg>", 1)[0]
+    assert 'data-statistic="vs_baseline"' in chart
+    drawn = [float(x) for x in re.findall(r"<title>[a-z0-9_]+: ([0-9.]+)x, interval", chart)]
+    order = [re.search(r'data-method="([a-z0-9_]+)"', r).group(1) for r in rows]
+    assert drawn == [round(doc["methods"][m]["best"]["vs_baseline"], 3) for m in order]
+
+
+# Okabe & Ito (2008), "Color Universal Design": the eight colours (black, invisible on the dark page, as a light
+# grey), and a lighter blue of the same hue
+OKABE_ITO = {"#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#3D8FD1", "#D55E00", "#CC79A7", "#BBBBBB"}
+
+
+def test_no_two_methods_look_alike_and_the_palette_is_colour_blind_safe():
+    """Fifteen methods, eight Okabe-Ito colours: the second eight draw dashed lines with hollow markers, so every
+    method's (colour, dash, marker) is its own, in every per-method plot and its legend."""
+    import re
+
+    from dflash_core.report.plots import PALETTE
+
+    doc = _rich()
+    page = render_report(doc)
+    for pid in ("plot-speedup-width", "plot-tokens-per-call", "plot-acceptance-position"):
+        svg = page.split(f'<svg id="{pid}"', 1)[1].split("</svg>", 1)[0]
+        looks = {}
+        for g in svg.split("<g class=series")[1:]:
+            name = re.search(r'data-series="([^"]+)"', g).group(1)
+            colour = re.search(r'stroke="(#[0-9A-Fa-f]{6})"', g).group(1)
+            dash = re.search(r'stroke-dasharray="([0-9,]+)"', g.split("<circle", 1)[0])
+            hollow = 'fill="#0f1419" stroke=' in g.split("<circle", 1)[1]
+            looks[name] = (colour, dash.group(1) if dash else "", hollow)
+        assert len(looks) == len(doc["methods"]) - 1 and len(set(looks.values())) == len(looks), (pid, looks)
+        assert {c for c, _, _ in looks.values()} <= set(PALETTE) <= OKABE_ITO
+        keys = re.findall(r'<g class=key data-key="([^"]+)">', svg)
+        assert keys[:len(looks)] == list(looks)  # the legend shows each series as it is drawn
+
+
+def test_the_verify_cost_plot_draws_the_measured_points_and_the_fitted_curve_to_the_block_size():
+    """The loop's fitted curve as a line over every width it holds (to the block size), its value as a point only at
+    the widths the loop timed, and the isolated curve's measured points at every width it was measured."""
+    import re
+
+    doc = _rich()
+    fitted = doc["verify_cost"]["ratio"]
+    iso = doc["verify_cost"]["isolated"]["ratio"]
+    assert len(iso) == 16 and len(fitted) >= 15
+    svg = render_report(doc).split('<svg id="plot-verify-cost"', 1)[1].split("</svg>", 1)[0]
+    curve = re.search(r'<g class=curve data-curve="fitted curve \(loop\), to the block size" data-points="([0-9]+)"',
+                      svg)
+    assert curve and int(curve.group(1)) == len(fitted)
+    points = svg.split('data-series="isolated (measured)"', 1)[1].split("</g>", 1)[0]
+    assert [float(y) for y in re.findall(r'class=pt data-x="[0-9]+" data-y="([0-9.]+)"', points)] == \
+        pytest.approx([iso[w] for w in sorted(iso, key=int)], abs=1e-4)
+
+
+def test_the_width_plot_shows_every_width_the_width_choice_evaluated_and_each_methods_own():
+    """The matrix times a few widths; the width choice priced every width on calibration prompts: the plot draws that
+    model curve over all of them (its x axis holds every width), and rings each method's own width where the run
+    records one (settings.method_widths)."""
+    import re
+
+    doc = _rich()
+    doc["settings"]["width_choice"] = {"rule": "r", "table": [{"width": w, "model_speedup": 1 + 0.1 * w}
+                                                              for w in range(1, 17)]}
+    doc["settings"]["method_widths"] = {"dflash": {"selected": 7}, "mobs": {"selected": 15}}
+    svg = render_report(doc).split('<svg id="plot-speedup-width"', 1)[1].split("</svg>", 1)[0]
+    assert 'data-curve="dflash, cost model on calibration prompts" data-points="16"' in svg
+    ticks = re.findall(r'text-anchor="middle">([0-9]+)</text>', svg)
+    assert [int(t) for t in ticks] == list(range(1, 17))
+    assert re.findall(r'<circle class=own-width data-method="([a-z_]+)" data-x="([0-9]+)"', svg) == [
+        ("dflash", "7"), ("mobs", "15")]
+
+
+def test_the_peer_row_stands_beside_the_labs_dflash_at_its_width_on_both_pages():
+    """transformers' DFlash row shows its measured width and tokens per target call, with and without the prefill
+    call (vLLM's acceptance length), beside the lab's dflash at that same width, on report.html and index.html."""
+    from dflash_core.report.html import render_index
+
+    from .report_data import rich_saved
+
+    s = rich_saved()
+    s["benchmarks"].append({"name": "test_reference[dflash_transformers-cpu]", "fullname": "x", "stats": {},
+                            "extra_info": {"reference": "dflash_transformers", "device": "cpu",
+                                           "tokens_per_second": 150.0, "speedup": 1.4, "speedup_iqr": 0.1,
+                                           "speedup_rounds": [1.3, 1.4, 1.5], "exact": True, "verdicts": {"exact": 1},
+                                           "target_calls": 40, "new_tokens": 192, "prompts": 4,
+                                           "tokens_per_target_call": 4.8, "width": 15}})
+    doc = build_report([s], ["r"])
+    ours = doc["methods"]["dflash"]["rows"]["15"]
+    for page in (render_report(doc), render_index(doc)):
+        table = page.split("id=peer-table>", 1)[1].split("</table>", 1)[0]
+        peer, lab = table.split("<tr>")[2:4]
+        assert "dflash_transformers (peer)</td><td>15</td><td>4.80</td><td>5.22</td>" in peer  # 188 / 36
+        assert f"dflash (this lab)</td><td>15</td><td>{ours['tokens_per_target_call']:.2f}</td>" in lab

@@ -251,3 +251,76 @@ def test_a_goal_is_met_only_on_its_lower_limit():
     doc["leader"] = {"method": "a"}
     g = {x["id"]: x for x in goals(doc)}["speedup"]
     assert g["ok"] is None and g["point"] == 3.1 and "5 needed" in g["note"]
+
+
+# --- impossible rounds (issue 69) ------------------------------------------------------------------------------
+
+def test_an_injected_impossible_round_is_flagged_shown_and_kept_out_of_the_groups():
+    """A 17.77x round of dspark_lite at width 3 (the run's own bound there is ~2.4x), a 0.06x round against dflash
+    and a 0.01x one at the ranking width: each flagged with its limit, counted, shown on the page, left out of the
+    case's median and interval and of the rounds the ranking names groups with; the saved rows keep them."""
+    from dflash_core.report.html import render_index, render_report
+
+    from .report_data import rich_saved
+
+    clean = build_report([rich_saved()], ["r"])
+    s = rich_saved()
+    def extra(mid, w):
+        return next(b["extra_info"] for b in s["benchmarks"]
+                    if b["extra_info"].get("method") == mid and b["extra_info"].get("width") == w)
+
+    extra("dspark_lite", 3)["speedup_rounds"][2] = 17.77
+    extra("mobs", 3)["vs_baseline_rounds"][1] = 0.06
+    extra("dspark_lite", 15)["vs_baseline_rounds"][4] = 0.01  # at the ranking width: a stalled leg
+    doc = build_report([s], ["r"])
+    imp = doc["impossible"]
+    assert imp["count"] == 3, imp
+    assert {(f["case"], f["statistic"], f["round"], f["side"]) for f in imp["rounds"]} == {
+        ("dspark_lite-w3", "speedup_rounds", 2, "above"), ("mobs-w3", "vs_baseline_rounds", 1, "below"),
+        ("dspark_lite-w15", "vs_baseline_rounds", 4, "below")}
+    w3 = doc["methods"]["dspark_lite"]["rows"]["3"]
+    assert w3["speedup_rounds"][2] == 17.77 and w3["impossible"]["speedup_rounds"] == [2]  # the record stays whole
+    assert w3["speedup_ci"][1] < 3 and w3["speedup"] < 3  # the statistics do not see it
+    assert doc["ranking"]["rounds"]["dspark_lite"] == clean["ranking"]["rounds"]["dspark_lite"] - 1
+    assert doc["methods"]["dspark_lite"]["best"]["vs_baseline_ci"][0] > 0.5
+    assert any("3 round(s) beyond what the run can physically reach" in x for x in doc["limitations"])
+    page = render_report(doc)
+    assert "Impossible rounds (3)" in page and page.count("<tr class=impossible>") == 3 and "17.770×" in page
+    assert "3 round(s) beyond what the run can physically reach" in render_index(doc)
+    assert clean["impossible"]["count"] == 0  # the rich run itself holds none
+
+
+def test_the_answer_line_carries_the_number_the_width_the_target_and_the_noise():
+    """benchmark.json `answer` (the terminal's last line, index.html's first): the leader's speedup over greedy with
+    its interval at the width it was ranked, the target described from its own record (not hard-coded), and the
+    smallest lead the noise lets the run resolve; a smoke run says so; `settings.method_widths` quotes the leader at
+    its own width."""
+    from dflash_core.report.headline import answer
+    from dflash_core.report.html import render_index
+
+    from .report_data import rich_saved
+
+    s = rich_saved()
+    s["dflash"]["target"].update(parameters=12_345_678, vocab_size=2048, model_type="lfm2", num_layers=6,
+                                 family="code", corpus_files=400)
+    doc = build_report([s], ["r"])
+    leader = doc["leader"]["method"]
+    row = doc["methods"][leader]["rows"]["15"]
+    ci = row["speedup_ci"]
+    assert doc["answer"].startswith(f"{leader} leads: {row['speedup']:.2f}x greedy [{ci[0]:.2f}-{ci[1]:.2f}, 95 %] "
+                                    "at width 15 on mini, a 12.3 M-parameter LFM2 (6 layers) with a 2,048-token "
+                                    "vocabulary, trained on code (400 source files); noise ")
+    r = 100 * doc["ranking"]["resolution_effective"]
+    assert doc["answer"].endswith(f"per round: leads under {r:.1f} % are not resolved.")
+    main = render_index(doc).split("<main>", 1)[1]
+    assert main.startswith(f"<p class=answer id=answer>{doc['answer'].split(' on mini')[0]}")
+    # another target, another description: read from the record
+    s["dflash"]["target"].update(parameters=354_000_000, vocab_size=65536, name="LiquidAI/LFM2.5-350M-Base",
+                                 num_layers=16, family=None)
+    other = answer(build_report([s], ["r"]))
+    assert "on LiquidAI/LFM2.5-350M-Base, a 354 M-parameter LFM2 (16 layers) with a 65,536-token vocabulary;" in other
+    s["dflash"]["settings"].update(smoke=True, method_widths={leader: {"selected": 7}})
+    smoke = answer(build_report([s], ["r"]))
+    w7 = doc["methods"][leader]["rows"]["7"]["speedup"]
+    assert smoke.startswith(f"SMOKE RUN, not a measurement: {leader} leads: {w7:.2f}x greedy [") and \
+        " at its own width 7 on " in smoke

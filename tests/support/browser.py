@@ -117,6 +117,9 @@ def expected_series(doc: dict) -> dict[str, dict[str, list[float]]]:
             # the fitted curve only at the widths the loop timed (rows' loop_costs.verify[k].calls > 0)
             "verify cost": [v for w, v in sorted((doc.get("verify_cost") or {}).get("ratio", {}).items(),
                                                  key=lambda kv: int(kv[0])) if not measured or int(w) in measured],
+            # the isolated curve (test_verify_cost: every width to the block size, measured at one context)
+            "isolated (measured)": [v for _, v in sorted((((doc.get("verify_cost") or {}).get("isolated") or {})
+                                                          .get("ratio") or {}).items(), key=lambda kv: int(kv[0]))],
             "bound": [v for _, v in sorted((doc.get("upper_bound_speedup") or {}).items(), key=lambda kv: int(kv[0]))],
             "oracle": [r["speedup"] for _, r in sorted(((int(k[len("oracle-w"):]), r) for k, r in
                                                          (doc.get("references") or {}).items()
