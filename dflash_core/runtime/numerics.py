@@ -72,8 +72,8 @@ def numerics_state() -> dict:
     import torch
 
     m = torch.backends.cuda.matmul
+    # no torch.get_float32_matmul_precision(): a legacy read, which raises once the new API has been used
     out: dict = {"torch": torch.__version__, "cuda_build": torch.version.cuda,
-                 "float32_matmul_precision": torch.get_float32_matmul_precision(),
                  "fp16_reduced_precision_reduction": bool(m.allow_fp16_reduced_precision_reduction),
                  "bf16_reduced_precision_reduction": bool(m.allow_bf16_reduced_precision_reduction)}
     if has_precision_api():
