@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from dflash_core.runtime.decode import DecodeStats, greedy
+from hypothesis import strategies as st
 
-from .strategies import MAX_BUDGET
+from dflash_core.methods import get_method
+from dflash_core.runtime.decode import DecodeStats, greedy, speculative
+
+from .strategies import MAX_BUDGET, method_options, prompts
 
 
 @lru_cache(maxsize=4096)
@@ -110,3 +113,21 @@ class Recorder:
 
     def observe(self, hidden):
         self.inner.observe(hidden)
+
+
+def check_method_property(rt, prep, method: str, data) -> None:
+    """The one method property (tests/test_exactness.py on the CPU, tests/test_gpu.py on CUDA): `method` with drawn
+    options, prompt, budget and width decodes exactly greedy's ids (float64, strict), with sound stats."""
+    B = prep.drafter.cfg.block_size
+    prompt = data.draw(prompts(rt.vocab_size, max_len=32), label="prompt")
+    budget = data.draw(st.integers(0, 32), label="budget")
+    width = data.draw(st.integers(1, B), label="width")
+    opts = data.draw(method_options(method), label="options")
+    got, stats = speculative(rt, get_method(method).build(rt, prep, **opts), list(prompt), budget, width,
+                             method=method)
+    assert got == list(reference(rt, prompt)[0][:budget])
+    check_invariants(stats, width, budget)
+    assert stats.guidance_work >= 0 and all(isinstance(v, (int, float)) for v in stats.meta.values())
+    if method == "act" and stats.draft_calls:
+        assert stats.meta["act_verified"] == stats.proposed
+        assert stats.meta["act_verified"] + stats.meta["act_trimmed"] == stats.meta["act_margin_rows"]

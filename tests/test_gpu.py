@@ -22,8 +22,8 @@ from dflash_core.runtime.exactness import classify
 from dflash_core.runtime.proposers import OracleProposer
 from dflash_core.testing import TinySpec, build_tiny
 
-from .helpers import check_invariants, reference
-from .strategies import decode_cases, method_options, prompts
+from .helpers import check_method_property, reference
+from .strategies import decode_cases
 
 pytestmark = [pytest.mark.gpu, pytest.mark.exactness]
 VOCAB = 96
@@ -83,16 +83,7 @@ def test_cuda_speculative_is_exact_or_tie_certified(cuda_models, dtype, case):
 @given(data=st.data())
 def test_every_method_is_exact_on_cuda_float64(tiny_prepared, method, data):
     """The CPU suite's one method property (test_exactness.py), on CUDA: float64, strict, drawn options."""
-    rt, prep = _cuda_prepared(str(tiny_prepared.path), str(tiny_prepared.home), "float64")
-    B = prep.drafter.cfg.block_size
-    prompt = data.draw(prompts(rt.vocab_size, max_len=32), label="prompt")
-    budget = data.draw(st.integers(0, 32), label="budget")
-    width = data.draw(st.integers(1, B), label="width")
-    opts = data.draw(method_options(method), label="options")
-    got, stats = speculative(rt, get_method(method).build(rt, prep, **opts), list(prompt), budget, width,
-                             method=method)
-    assert got == list(reference(rt, prompt)[0][:budget])
-    check_invariants(stats, width, budget)
+    check_method_property(*_cuda_prepared(str(tiny_prepared.path), str(tiny_prepared.home), "float64"), method, data)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

@@ -18,6 +18,12 @@ from dflash_core.runtime.decode import speculative
 HOST_READS = {"tolist", "item", "__int__", "__float__", "__bool__", "__index__", "numpy", "cpu"}
 # Methods whose every read goes through the one door: the acceptance transfer, plus one selection transfer.
 DIETED = {"dflash": 1}  # transfers per target call beyond the prefill's
+# The rest: host reads outside the door per round, at most (measured on this tiny target, 2026-12-07: a ratchet, so
+# no change adds a synchronisation unnoticed; lower a figure when a method's reads move into the door). `__bool__`
+# is the top-k tie check (`support.common.topk_tensors`); `.cpu()` / `.tolist()` the selectors' host copies.
+RAW_PER_ROUND = {"act": 0, "boltzmann": 1, "minop_v13": 1, "simple_parareal_v14": 1, "gated_mobs_v11": 2,
+                 "mobs": 4, "bmobs": 4, "boltzmann_v10": 4, "dflash2": 5, "jump_mobs": 5, "fused_jump": 6,
+                 "parareal_v12": 7, "dspark_lite": 12}
 PROMPT = [1, 7, 9, 11, 13, 17, 19]
 
 
@@ -67,3 +73,4 @@ def test_a_round_crosses_to_the_host_once_for_acceptance_and_once_for_a_host_sel
         assert c.raw == 0, c.raw_names[:20]
     else:  # the acceptance transfer and at most one for the selection, through the door
         assert rounds + 1 <= c.door <= 1 + 2 * rounds, (c.door, rounds)
+        assert c.raw <= RAW_PER_ROUND[method] * rounds, (c.raw, rounds, c.raw_names[:20])
