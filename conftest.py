@@ -42,6 +42,9 @@ def pytest_configure(config):
                               suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
     settings.register_profile("thorough", max_examples=400, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow])
+    # one lent GPU call (scripts/device_gpu_check.sh): a few derandomized examples per property, every leg reached
+    settings.register_profile("device", max_examples=4, deadline=None, derandomize=True, database=None,
+                              suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
     if os.environ.get("CI"):
         settings.load_profile("ci")
         return
@@ -58,10 +61,14 @@ def _cuda_ok() -> bool:
 
 
 def pytest_runtest_setup(item):
-    """The GPU gate: skip gpu items cleanly without CUDA, fail them loudly when a GPU is required."""
+    """The GPU gate: skip gpu items cleanly without CUDA, fail them loudly when a GPU is required; with CUDA, pin
+    the exact numerics first (runtime/numerics.py)."""
     if item.get_closest_marker("gpu") is None:
         return
     if _cuda_ok():
+        from dflash_core.runtime.numerics import pin_exact
+
+        pin_exact()  # TF32 and reduced-precision reductions off before every GPU item, whatever ran before it
         return
     from dflash_core.runtime.device import require_gpu
 

@@ -221,7 +221,7 @@ def cmd_prepare(a) -> int:
                       threads=a.threads, **_optional(revision=a.revision, drafter=a.drafter,
                                                      train_data=a.train_data, train_budget=a.train_budget,
                                                      train_seeds=a.train_seeds, teacher_dtype=a.teacher_dtype,
-                                                     prepare_budget=a.prepare_budget))
+                                                     prepare_budget=a.prepare_budget, device=a.device))
     finally:
         dist.shutdown()  # under torchrun: leave the group before exit (a no-op in one process)
     print(out)

@@ -20,7 +20,7 @@ from .savedruns import read_source, resolve_source
 DTYPE_CHOICES = ("auto", "float32", "float64", "float16", "bfloat16")
 KERNEL_CHOICES = ("auto", "eager", "onednn", "tuned")
 TEACHER_DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # prepare's teacher passes (pipeline.resolve_auto_teacher)
-HYPOTHESIS_PROFILES = ("dev", "ci", "thorough")
+HYPOTHESIS_PROFILES = ("dev", "ci", "thorough", "device")
 MAX_THREADS = 256
 BENCH_SIZES = ("auto", "full")
 
@@ -183,7 +183,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("revision", "DFLASH_REVISION", None, "hub revision (branch, tag or commit) of a hub-id target",
            cli="--revision", default_text="the hub's default branch", commands=RUNS + ("bench", "export-drafter")),
     Option("device", "DFLASH_DEVICE", "cpu", "device: cpu, cuda or cuda:N (no silent CPU fallback)",
-           cli="--device", pytest="--device", commands=("run", "bench"), pytest_scope="root", bench=True),
+           cli="--device", pytest="--device", commands=("run", "bench", "prepare"), pytest_scope="root", bench=True),
     Option("dtype", "DFLASH_DTYPE", "auto", "target dtype: auto (float32 on CPU, DFLASH_GPU_DTYPE on CUDA), "
            "float32, float64, float16 (CUDA only), bfloat16", choices=DTYPE_CHOICES, cli="--dtype", pytest="--dtype",
            commands=("run", "bench"), pytest_scope="root", bench=True),

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..prepare.drafter_format import to_hf_model
-from ..prepare.prepared import DRAFTER_FILE
+from ..prepare.prepared import DRAFTER_FILE, drafter_dtype
 from ..runtime.decode import speculative
 from ..runtime.device import synchronize, torch_threads
 from ..runtime.drafter import DFlashDrafter, DrafterConfig
@@ -54,13 +54,44 @@ def transformers_dflash_assistant(rt, prepared):
 
     Built from the drafter artifact itself (not the loaded module, which may carry repacked kernels), so the
     weights are exactly the ones the lab's methods draft with. transformers feeds the assistant the target's
-    embeddings and hidden states unconverted, so it runs in the target's dtype.
+    embeddings and hidden states unconverted, so beside a float16 / bfloat16 target (where the lab's drafter runs
+    in float32, `prepared.drafter_dtype`) the assistant runs in float32 too, its inputs cast up and its hidden
+    states cast back to the target's dtype for the target's head (`cast_io`): the row compares implementations,
+    not precisions.
     """
     blob = load_tensor_file(prepared.directory / DRAFTER_FILE)
     drafter = DFlashDrafter(DrafterConfig.from_dict(blob["config"]))
     drafter.load_state_dict(blob["state_dict"])
-    drafter = drafter.to(device=rt.device, dtype=rt.dtype)
-    return to_hf_model(drafter, rt.config)
+    dt = drafter_dtype(rt.dtype)
+    model = to_hf_model(drafter.to(device=rt.device, dtype=dt), rt.config)
+    return cast_io(model, dt, rt.dtype) if dt != rt.dtype else model
+
+
+def cast_io(model, inner, outer):
+    """`model` computing in `inner` between callers that speak `outer`: floating inputs cast to `inner` before its
+    forward, floating outputs cast to `outer` after it (forward hooks: the module itself is unchanged)."""
+    import torch
+
+    def cast(x, dtype):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return x.to(dtype)
+        if isinstance(x, tuple):
+            return tuple(cast(v, dtype) for v in x)
+        return x
+
+    def before(_mod, args, kwargs):
+        return tuple(cast(a, inner) for a in args), {k: cast(v, inner) for k, v in kwargs.items()}
+
+    def after(_mod, _args, out):
+        if isinstance(out, tuple):
+            return cast(out, outer)
+        for k in list(out.keys()):  # a ModelOutput: its tensors in place
+            out[k] = cast(out[k], outer)
+        return out
+
+    model.register_forward_pre_hook(before, with_kwargs=True)
+    model.register_forward_hook(after)
+    return model
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from ..options import env_value
 from ..prepare.pipeline import PrepareConfig, family_for, load_prepared, prepare
 from ..runtime.decode import greedy
 from ..runtime.device import torch_threads
+from ..runtime.numerics import pin_exact
 from ..runtime.target import load_target
 from ..store.data import check_disjoint, load_prompts
 from ..store.prompt_file import read_prompt_file
@@ -51,6 +52,8 @@ def _open(cfg: BenchConfig) -> BenchSession:
     where = {"revision": rev} if (rev := env_value("revision")) else {}
     prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
     started = time.perf_counter()  # the benchmark's budget counts from here (prepare not included)
+    if cfg.device.startswith("cuda"):
+        pin_exact()  # TF32 and reduced-precision reductions off: every case's exactness check reads these logits
     rt = load_target(cfg.target, cfg.device, cfg.dtype, kernels=cfg.kernels, **where)
     cfg = cfg.sized_for(rt.info.get("parameters"))  # a real target: the real-target defaults (bench.config)
     if cfg.resized:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..runtime import transfer
 from .base import Calibration, MethodInfo
 from .support.block import BlockProposer
 from .support.common import MethodOptions, opt
@@ -48,8 +49,11 @@ class ACTOptions(MethodOptions):
 class ACTProposer(BlockProposer):
     def select(self, logits, hidden, prefix, k):
         rows = logits[:k]
-        full = rows.argmax(dim=-1).tolist()
-        margins = row_margins(rows)
+        if rows.shape[-1] < 2:
+            full, margins = transfer.to_host(rows.argmax(dim=-1))[0], row_margins(rows)
+        else:  # the argmax and the margins in the round's one selection transfer (runtime/transfer.py)
+            top2 = rows.float().topk(2, dim=-1).values
+            full, margins = transfer.to_host(rows.argmax(dim=-1), top2[:, 0] - top2[:, 1])
         tau = self.options.tau
         n = act_keep(margins, tau) if tau > 0 else len(full)
         n = max(1, min(n, len(full)))

@@ -97,8 +97,17 @@ def all_gather_object(obj: Any) -> list[Any]:
 
 
 def all_reduce_sum(t):
-    """Sum a tensor over the ranks, in place (float64 on CPU keeps the sum exact enough to compare)."""
+    """Sum a tensor over the ranks, in place (float64 on CPU keeps the sum exact enough to compare). NCCL reduces
+    CUDA tensors only, so under it a host tensor makes the round trip through this rank's GPU."""
     d = _dist()
-    if d:
-        d.all_reduce(t)
+    if not d:
+        return t
+    if d.get_backend() == "nccl" and t.device.type != "cuda":
+        import torch
+
+        on_gpu = t.to(torch.device("cuda", torch.cuda.current_device()))
+        d.all_reduce(on_gpu)
+        t.copy_(on_gpu.cpu())
+        return t
+    d.all_reduce(t)
     return t

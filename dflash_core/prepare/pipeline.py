@@ -27,8 +27,9 @@ from ..methods import FitContext, fit_files, fitters
 from ..options import MAX_THREADS, MAX_TRAIN_SEEDS, TEACHER_DTYPE_CHOICES, env_value
 from ..progress import ensure_console_logging
 from ..runtime.allocator import trim_free_memory
-from ..runtime.device import torch_threads
+from ..runtime.device import check_device_name, torch_threads
 from ..runtime.drafter import DrafterConfig, default_taps, parameter_count
+from ..runtime.numerics import numerics_record
 from ..runtime.precision import bf16_linear_weights, train_in_bf16
 from ..runtime.target import PADDED_MODEL_TYPES, load_target, pads_exactly
 from ..store.artifacts import (
@@ -48,13 +49,14 @@ from ..store.artifacts import (
 from ..store.data import load_prompts, shipped_held_out
 from ..store.heldout import NO_TEXT_REASON, UNIT_RULE, check_clean, decoder_of, filter_clean
 from . import distributed as dist
+from .devices import DevicePlan, plan_device, runtime_on
 from .drafter_format import drafter_digest, load_hf_drafter, mask_token_for, resolve_drafter_source
 from .minitarget import MiniTargetConfig, build_mini_target, check_corpus, corpus_texts
 from .minitarget import corpus_files as corpus_paths
 from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
-from .teacher import PADDED_BATCH, TeacherData, forced_data, teacher_data
+from .teacher import FORCED_BATCH, PADDED_BATCH, TeacherData, forced_data, teacher_data
 from .timebudget import plan_training, resolve_prepare_budget
 from .train import (
     LARGE_VOCAB,
@@ -112,6 +114,8 @@ class PrepareConfig:
     aux_max_examples: int | None = None  # cap on draft examples used by the fits (None: all)
     threads: int = 2
     seed: int = 7
+    device: str = "cpu"  # --device: where the teacher passes and drafter training run (`devices`); 'cpu' is the
+    # recipe every home and the reference bundle were built with
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -128,7 +132,7 @@ class PrepareConfig:
 # prepare records the resolved dtype) and 'float32' (what 'auto' resolves to for the mini target, and what every home
 # was built with before the knob); teacher_batching likewise ('length' is what every home was built with before it).
 LATE_KNOBS = {"anchor_embed": (False,), "teacher_dtype": ("auto", "float32"), "teacher_batching": ("auto", "length"),
-              "budget_minutes": ("auto",)}
+              "budget_minutes": ("auto",), "device": ("cpu",)}
 
 
 FORCED_TOKENS = 262144  # the auto budget of teacher-forced text at a real vocabulary (~1.8 GB of taps at 135M)
@@ -232,7 +236,7 @@ def check_anchor_embed(v) -> None:
         raise BadInputError(f"anchor_embed must be true or false, got {str(v)[:40]!r}")
 
 
-def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: bool):
+def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: bool, batch: int | None = None):
     """Teacher-forced passes over the training text's lines that no seed was cut from (held-out checked), up to
     the token budget; (TeacherData or None, manifest record)."""
     budget = forced_token_budget(cfg, rt.vocab_size)
@@ -245,7 +249,7 @@ def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: b
         return None, {**rec, "tokens": 0}
     dtype = resolve_teacher_dtype(cfg, rt)
     with teacher_autocast(rt, dtype):
-        data = forced_data(rt, chunks, taps, progress=progress)
+        data = forced_data(rt, chunks, taps, batch=batch or FORCED_BATCH, progress=progress)
     rec.update({"chunks": len(chunks), "tokens": sum(map(len, chunks)), "budget": budget, "dtype": dtype,
                 "seconds": time.perf_counter() - t0})
     _log(f"teacher-forced text: {rec['tokens']} tokens in {len(chunks)} chunks in {rec['seconds']:.1f}s")
@@ -363,7 +367,8 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
             cfg: PrepareConfig | None = None, rt=None, threads: int | None = None,
             drafter: str | None = None, train_data: str | None = None,
             train_budget: float | str | None = None, train_seeds: int | None = None,
-            teacher_dtype: str | None = None, prepare_budget: float | str | None = None) -> Path:
+            teacher_dtype: str | None = None, prepare_budget: float | str | None = None,
+            device: str | None = None) -> Path:
     """Build (or verify) every artifact for `target`; returns the artifact directory.
 
     With `cfg`, present artifacts are reused only when they were built with that config; without it (bench,
@@ -382,6 +387,9 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     config is accepted): bfloat16 only where the CPU computes it natively, refused before the target is loaded.
     `prepare_budget` (--prepare-budget, minutes, 'auto' or 'off') overrides cfg.budget_minutes: the whole run's
     time, training capped at what the steps before it and the projected fits leave (`timebudget`).
+    `device` (--device: cpu, cuda, cuda:N) overrides cfg.device: where the target's teacher passes and the drafter's
+    training run (`devices.DevicePlan`: batch sizes, the process group's backend, recorded in the manifest); a GPU
+    device given on purpose is compared like --train-seeds. Refused before any work where this machine lacks it.
     Holds the home's lock throughout: a second prepare or a reader waits instead of racing a rebuild.
     Under torchrun (WORLD_SIZE > 1) every rank runs this: teacher generation is sharded, training is DDP,
     and rank 0 alone holds the lock and writes (`distributed`).
@@ -405,9 +413,16 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
             raise BadInputError(f"--train-seeds must be an integer in 1..{MAX_TRAIN_SEEDS}, "
                                 f"got {str(train_seeds)[:40]!r}")
         cfg, pinned = replace(cfg, corpus_seeds=train_seeds), ("corpus_seeds",)
+    if device is not None:
+        check_device_name(device)
+        cfg = replace(cfg, device=device)
+        pinned += ("device",) if device != "cpu" else ()
+    elif rt is not None and rt.device.type != "cpu":  # a caller's runtime already on a GPU: record where it ran
+        cfg = replace(cfg, device=str(rt.device))
+    plan = plan_device(cfg.device)  # refused here when this machine lacks the device
     if teacher_dtype is not None:
-        check_teacher_dtype(teacher_dtype)  # both refused before the target is loaded (prepare loads it on the CPU)
-        refuse_emulated_teacher(teacher_dtype, str(rt.device) if rt is not None else "cpu")
+        check_teacher_dtype(teacher_dtype)  # both refused before the target is loaded
+        refuse_emulated_teacher(teacher_dtype, plan.device)
         cfg, pinned = replace(cfg, teacher_dtype=teacher_dtype), pinned + ("teacher_dtype",)
     if train_budget is not None:
         if train_budget == "off":
@@ -422,10 +437,10 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         cfg = replace(cfg, budget_minutes=None if prepare_budget == "off" else prepare_budget)
     resolve_prepare_budget(cfg.budget_minutes, LARGE_VOCAB)  # refused here when it is not a budget
     ensure_console_logging()
-    dist.init_from_env("cpu")
+    dist.init_from_env(plan.device)
     with torch_threads(dist.threads_per_rank(cfg.threads)), home_lock(home, wait_message="another prepare is running"):
         return _prepare(target, home=home, refresh=refresh, progress=progress, cfg=cfg, rt=rt,
-                        accept_recorded=accept_recorded, drafter=drafter, pinned=pinned)
+                        accept_recorded=accept_recorded, drafter=drafter, pinned=pinned, plan=plan)
 
 
 def work_dir(out: Path, cfg: PrepareConfig) -> Path:
@@ -496,8 +511,11 @@ def adopt_own(doc: dict, own: Path, out: Path, ident: dict, drafter: str, source
 
 
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
-             accept_recorded: bool = False, drafter: str | None = None, pinned: tuple[str, ...] = ()) -> Path:
+             accept_recorded: bool = False, drafter: str | None = None, pinned: tuple[str, ...] = (),
+             plan: DevicePlan | None = None) -> Path:
     import torch
+
+    plan = plan or plan_device("cpu")
 
     t_start = time.perf_counter()
     lead = dist.rank() == 0
@@ -505,7 +523,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         if lead:
             ensure_target(target, home, refresh, progress)
         dist.barrier()  # the other ranks load the mini target once rank 0 has built it
-        rt = load_target(target, "cpu", "float32", home=home)
+        rt = load_target(target, plan.device, "float32", home=home)
     ident = target_identity(rt)
     # the selection rule resolved for this target before any config is compared or recorded: a real target's
     # manifest names it, the mini's records what it always did (train.LATE_TRAIN_KNOBS)
@@ -549,7 +567,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     padded = cfg.teacher_batching == "padded"  # resolved above
     key = teacher_key(ident, RECIPE, cfg.traj_tokens, seeds, f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}"
                       + ("" if teacher_dtype == "float32" else f"/teacher {teacher_dtype}")
-                      + ("/padded" if padded else ""))
+                      + ("/padded" if padded else "") + ("" if plan.on_cpu else f"/{plan.device}"))
     # An imported drafter needs only the target's trajectories (no taps, no top-k): the target's own artifacts'
     # are reused when they are exactly what this prepare would generate (same teacher key). Training our own
     # drafter needs the taps and top-k captured in the generating forwards, so it always runs teacher_data
@@ -571,7 +589,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         t0 = time.perf_counter()
         with teacher_autocast(rt, teacher_dtype):
             teacher = teacher_data(rt, seeds, cfg.traj_tokens, taps if imported is None else (), top_k, work=work,
-                                   progress=progress, dtype=teacher_dtype, padded=padded)
+                                   progress=progress, dtype=teacher_dtype, padded=padded, batch=plan.teacher_batch)
         trajs = teacher.sequences
         t_traj = time.perf_counter() - t0
         _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
@@ -581,7 +599,7 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
             teacher = teacher.select([i for i in range(len(trajs)) if i not in dropped])
         trajs = teacher.sequences
     forced, forced_record = (None, {"tokens": 0}) if imported is not None else \
-        forced_teacher(rt, cfg, family, seeds, taps, progress)
+        forced_teacher(rt, cfg, family, seeds, taps, progress, plan.forced_batch)
     budget_record = {"budget_minutes": None, "why": "an imported drafter: nothing is trained"}
     if imported is not None:
         dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
@@ -598,9 +616,10 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         time_cap, budget_record = None, {"budget_minutes": resolve_prepare_budget(
             cfg.budget_minutes, rt.vocab_size, train_budget_off=cfg.train.budget_minutes is None)}
         if budget_record["budget_minutes"] is not None:  # rank 0 probes the fits' cost; every rank trains to its cap
-            if lead:
-                time_cap, budget_record = plan_training(rt, dcfg, cfg.train, trajs, [len(s) for s in seeds], cfg,
-                                                        family, budget_record["budget_minutes"], t_start)
+            if lead:  # the fits run on the CPU (`devices`), so their cost is probed there
+                with runtime_on(rt, plan.fits_device):
+                    time_cap, budget_record = plan_training(rt, dcfg, cfg.train, trajs, [len(s) for s in seeds],
+                                                            cfg, family, budget_record["budget_minutes"], t_start)
             time_cap, budget_record = dist.broadcast_object((time_cap, budget_record))
         if time_cap is not None and not (sched.budget_minutes and 60.0 * sched.budget_minutes <= time_cap):
             budget += f", cut to {time_cap:.0f} s by the prepare budget"  # named only where the cap binds
@@ -625,16 +644,17 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
                                         "sequences": trajs})
     files[TRAJ_FILE] = file_entry(out / TRAJ_FILE)
     fits: dict[str, Any] = {}
-    ctx = FitContext(rt, drafter, trajs, [len(s) for s in seeds], cfg, family, progress)
     t_fit = time.perf_counter()
-    for fitter in fitters():
-        _log(f"fitting {fitter.name}")
-        res = fitter(ctx)
-        for fname, data in res.get("files", {}).items():
-            write_atomic(out / fname, data)
-            files[fname] = file_entry(out / fname)
-        fits[fitter.name] = res.get("meta", {})
-        trim_free_memory()
+    with runtime_on(rt, plan.fits_device):  # the fits run on the CPU whatever device trained (`devices`)
+        ctx = FitContext(rt, drafter.to(plan.fits_device), trajs, [len(s) for s in seeds], cfg, family, progress)
+        for fitter in fitters():
+            _log(f"fitting {fitter.name}")
+            res = fitter(ctx)
+            for fname, data in res.get("files", {}).items():
+                write_atomic(out / fname, data)
+                files[fname] = file_entry(out / fname)
+            fits[fitter.name] = res.get("meta", {})
+            trim_free_memory()
     extra = {
         "recipe": RECIPE,
         "prepare_config": cfg.to_dict(),
@@ -655,6 +675,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         "held_out": held_record,
         "prepare_seconds": time.perf_counter() - t_start,
     }
+    if not plan.on_cpu:  # a CPU manifest stays what it was: no device record means the CPU recipe
+        extra["device"] = {**plan.record(), "numerics": numerics_record(plan.device)}
     write_manifest(out, ident, files, extra)
     shutil.rmtree(work, ignore_errors=True)  # complete: nothing left to resume
     dist.barrier()

@@ -83,6 +83,15 @@ def prepared_dir(identity: dict, home=None, drafter_sha256: str | None = None) -
     return d if drafter_sha256 is None else d.with_name(f"{d.name}--drafter-{drafter_sha256[:16]}")
 
 
+def drafter_dtype(target_dtype):
+    """The dtype the drafter runs in beside a target of `target_dtype`: the target's for float32 / float64, else
+    float32 (a half-precision drafter loses more acceptance than it saves time at the lab's sizes). The
+    `dflash_transformers` peer's drafter uses this too, so that row compares implementations, not precisions."""
+    import torch
+
+    return target_dtype if target_dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def load_prepared(rt, *, home=None, required: tuple[str, ...] = (), drafter: str | None = None) -> Prepared:
     """Verify the manifest against the runtime's target and load the drafter onto its device/dtype.
 
@@ -100,7 +109,7 @@ def load_prepared(rt, *, home=None, required: tuple[str, ...] = (), drafter: str
         raise ArtifactError(f"{d / DRAFTER_FILE} is not a drafter artifact ({type(exc).__name__}: "
                             f"{str(exc).splitlines()[0][:160] if str(exc) else ''}): run `python -m dflash_core "
                             f"prepare --target {ident.get('name', '<target>')} --refresh`") from exc
-    dt = rt.dtype if rt.dtype in (torch.float32, torch.float64) else torch.float32
+    dt = drafter_dtype(rt.dtype)
     drafter = drafter.to(device=rt.device, dtype=dt).eval()
     kernels = getattr(rt, "kernels", "eager")
     if kernels == "tuned" and dt == torch.float32:

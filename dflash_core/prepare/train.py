@@ -121,12 +121,23 @@ class TrainConfig:
     # REAL_VOCAB_SELECT at a real vocabulary; auto and accuracy are left out of recorded configs (LATE_TRAIN_KNOBS)
 
 
-def matmul_autocast(dtype: torch.dtype):
+def matmul_autocast(dtype: torch.dtype, device_type: str = "cpu"):
     """bf16 autocast of the drafter's matmuls when training in bf16 (master weights, norms and the optimizer stay
-    float32); a no-op context otherwise."""
+    float32) on `device_type` ('cpu' or 'cuda'); a no-op context otherwise."""
     if dtype == torch.bfloat16:
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(device_type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def on_device(dev: torch.device):
+    """Factory calls (torch.ones, torch.arange, ...) default to `dev` inside: the loss builds its masks and weights
+    where the drafter is. Nothing on the CPU (the code the CPU recipe ran, untouched)."""
+    return contextlib.nullcontext() if dev.type == "cpu" else torch.device(dev)
+
+
+def _to(dev: torch.device, *tensors):
+    """The batch's host tensors on the drafter's device (the identity on the CPU)."""
+    return tuple(None if t is None else t.to(dev) for t in tensors)
 
 
 def train_config_dict(tcfg: "TrainConfig") -> dict:
@@ -408,6 +419,23 @@ def block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *
     `feature_weight` > 0 adds (1 - cosine) between block row k's hidden state and the last tap at row a+k-1 (the
     target's hidden state that predicts label k), position-decayed like the CE, over the rows whose label trains.
     """
+    dev = next(drafter.parameters()).device
+    if dev.type != "cpu":  # a GPU run: the batch's host tensors join the drafter there, and so do the loss's own
+        tok, ft, anc, keep, preds = _to(dev, tok, ft, anc, keep, preds)
+        targets = None if targets is None else _to(dev, *targets)
+        with on_device(dev):
+            return _block_loss(drafter, embed, head, tok, ft, anc, gamma, targets, compute_dtype=compute_dtype,
+                               norm_blocks=norm_blocks, model=model, keep=keep, preds=preds,
+                               feature_weight=feature_weight, runs=runs)
+    return _block_loss(drafter, embed, head, tok, ft, anc, gamma, targets, compute_dtype=compute_dtype,
+                       norm_blocks=norm_blocks, model=model, keep=keep, preds=preds, feature_weight=feature_weight,
+                       runs=runs)
+
+
+def _block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, *,
+                compute_dtype: torch.dtype | None = None, norm_blocks: int | None = None, model=None,
+                keep: torch.Tensor | None = None, preds: torch.Tensor | None = None, feature_weight: float = 0.0,
+                runs: bool = False):
     cfg = drafter.cfg
     sampled = keep
     B = cfg.block_size
@@ -515,10 +543,10 @@ def heldout_eval(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int
         part = mine[j:j + batch]
         tok, ft = _batch(data, part)
         anc = torch.stack([eval_anchors(data, i, anchors, cfg.block_size, rule, seed) for i in part])
-        with matmul_autocast(compute_dtype):
+        with matmul_autocast(compute_dtype, next(drafter.parameters()).device.type):
             loss, acc, run = block_loss(drafter, embed, head, tok, ft, anc, 4.0, compute_dtype=compute_dtype,
                                         preds=_preds(data, part, tok), runs=True)
-        sums[:-3] += acc.double() * len(part)
+        sums[:-3] += acc.double().cpu() * len(part)
         sums[-3] += float(run) * len(part)
         sums[-2] += float(loss) * len(part)
         sums[-1] += len(part)
@@ -621,7 +649,8 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
                                   and vocab_record["train_coverage"] < tcfg.draft_coverage)
         log.info("draft vocabulary: %d of %d ids, covering %.4f of the train labels and %s of the held-out ones",
                  d2t.numel(), dcfg.vocab_size, vocab_record["train_coverage"], vocab_record["heldout_coverage"])
-    drafter = init_drafter(dcfg, tcfg.seed).to(embed.weight.dtype)  # train in the target's dtype
+    # initialised on the CPU (the same weights on every device), then trained where the target is, in its dtype
+    drafter = init_drafter(dcfg, tcfg.seed).to(device=embed.weight.device, dtype=embed.weight.dtype)
     init_record = init(drafter) if init is not None else None
     if d2t is not None:
         drafter.set_draft_map(d2t)
@@ -697,14 +726,14 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
             labels = tok.gather(1, (anc_r.unsqueeze(-1) + 1 + torch.arange(B)).view(len(sub), -1)).view(
                 len(sub), -1, B)
             targets = soft_targets(data, sub, anc_r, labels, B, distill, tcfg.distill_weight) if distill else None
-            with matmul_autocast(matmul_dtype):
+            with matmul_autocast(matmul_dtype, next(drafter.parameters()).device.type):
                 loss, acc = block_loss(drafter, embed, head, tok, ft, anc_r, tcfg.gamma, targets,
                                        compute_dtype=matmul_dtype, norm_blocks=len(idx) * anc.shape[1], model=model,
                                        keep=keep[mine] if keep is not None else None, preds=preds,
                                        feature_weight=tcfg.feature_weight)
         else:  # more ranks than sequences: a zero contribution still joins DDP's gradient reduction
             loss = sum(p.sum() * 0.0 for p in drafter.parameters())
-            acc = torch.zeros(B)
+            acc = torch.zeros(B, device=next(drafter.parameters()).device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)

@@ -19,6 +19,7 @@ from ..bench.budget import ACTIVITY_LEGS, REFERENCE_LEG_FACTOR, leg_seconds
 from ..errors import REPORT_UNWRITTEN, DFlashError, expected_failure
 from ..options import env_value
 from ..progress import eta_line
+from ..runtime.numerics import numerics_record
 
 SESSION_STASH = pytest.StashKey[object]()
 _WRITTEN = pytest.StashKey[bool]()
@@ -57,6 +58,8 @@ def pytest_benchmark_update_machine_info(config, machine_info):
         if torch.cuda.is_available():
             p = torch.cuda.get_device_properties(0)
             acc.update(name=p.name, capability=f"{p.major}.{p.minor}", memory_gib=round(p.total_memory / 2**30, 1))
+        # TF32 / reduced-precision settings in force, and on CUDA the driver, clocks and conv kernel
+        acc["numerics"] = numerics_record(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
         machine_info["accelerator"] = acc
     except ImportError:
         pass

@@ -17,17 +17,31 @@ from typing import Any, Protocol
 from ..errors import BadInputError
 from .device import synchronize
 from .target import TargetRuntime, TargetSession
+from .transfer import seconds_between
 
 
 @dataclass
 class Proposal:
-    """A drafted block. `ids` may be shorter than asked (e.g. ACT trims); the loop never verifies more."""
+    """A drafted block. `ids` may be shorter than asked (e.g. ACT trims); the loop never verifies more.
 
-    ids: list[int]
+    `ids` is a host list, or a 1-D long tensor on the target's device when the method selects there (dflash: the
+    drafts reach the verify forward without a transfer). `marks` (three `transfer.mark`s: draft start, draft end,
+    select end) replace the two seconds when the work ran on a GPU queue: they are read after the round's transfer.
+    """
+
+    ids: Any
     draft_seconds: float = 0.0
     select_seconds: float = 0.0
     guidance: int = 0  # selector/correction work, one definition for all methods (see methods/common.py)
     meta: dict = field(default_factory=dict)
+    marks: tuple | None = None
+
+    def settle(self) -> None:
+        """Turn device marks into seconds (after the round's transfer, so reading them waits for nothing)."""
+        if self.marks is not None:
+            t0, t1, t2 = self.marks
+            self.draft_seconds, self.select_seconds = seconds_between(t0, t1), seconds_between(t1, t2)
+            self.marks = None
 
 
 class Proposer(Protocol):
@@ -111,6 +125,7 @@ class DecodeStats:
             self.position_proposed[i] += 1
             self.position_accepted[i] += int(i < accepted)
         if proposal is not None:
+            proposal.settle()
             self.draft_calls += 1
             self.draft_seconds += proposal.draft_seconds
             self.select_seconds += proposal.select_seconds
@@ -218,8 +233,12 @@ def speculative_round(sess: TargetSession, proposer: Proposer, prompt: list[int]
     drafts plus the correction (or, after full acceptance, the bonus token) to `out`. Returns the accepted count.
     """
     prop = proposer.propose(prompt + out, k) if k > 0 else None
-    drafts = [int(t) for t in prop.ids[:k]] if prop is not None else []
-    step = sess.verify([out[-1]] + drafts, taps=taps)
+    if prop is not None and not isinstance(prop.ids, list):  # drafts on the device: they join the anchor there
+        step = sess.verify(_with_anchor(out[-1], prop.ids[:k]), taps=taps)
+        drafts = step.block[1:]  # their host copy came back in the verify's one transfer
+    else:
+        drafts = [int(t) for t in prop.ids[:k]] if prop is not None else []
+        step = sess.verify([out[-1]] + drafts, taps=taps)
     g = step.ids
     a = 0
     while a < len(drafts) and drafts[a] == g[a]:
@@ -236,6 +255,13 @@ def speculative_round(sess: TargetSession, proposer: Proposer, prompt: list[int]
     proposer.observe(step.hidden[: a + 1] if step.hidden is not None else None)
     stats.draft_seconds += time.perf_counter() - t_obs
     return a
+
+
+def _with_anchor(anchor: int, drafts):
+    """[anchor, d1..dk] as one long tensor on the drafts' device (a host-to-device copy: no synchronisation)."""
+    import torch
+
+    return torch.cat([torch.tensor([anchor], dtype=torch.long, device=drafts.device), drafts.to(torch.long)])
 
 
 def speculative(runtime: TargetRuntime, proposer: Proposer, prompt_ids: Sequence[int], max_new_tokens: int,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..errors import DeviceError
 from .device import resolve_device
+from .numerics import numerics_record
 
 
 def device_check(device: str = "cuda", size: int = 512, seed: int = 0) -> dict:
@@ -25,7 +26,7 @@ def device_check(device: str = "cuda", size: int = 512, seed: int = 0) -> dict:
     info.update(device=f"cuda:{idx}", name=p.name, capability=f"{p.major}.{p.minor}",
                 memory_gib=round(p.total_memory / 2**30, 2), device_count=torch.cuda.device_count(),
                 cudnn=torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None,
-                tf32_matmul=torch.backends.cuda.matmul.allow_tf32)
+                numerics=numerics_record(dev))  # through torch's current API only (numerics.py: never mix the two)
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(size, size, generator=g, dtype=torch.float64) / size**0.5
     b = torch.randn(size, size, generator=g, dtype=torch.float64)

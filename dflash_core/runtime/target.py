@@ -13,6 +13,8 @@ window advanced; it is wrong on purpose and exists as the tests' negative contro
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,9 +23,12 @@ from typing import Any
 
 from ..errors import ArtifactError, BadInputError, TargetNotFoundError
 from ..store.artifacts import TARGET_MANIFEST, compute_identity, reading_lock, verify_target_files
+from . import transfer
 from .checkpoint import _checkpoint_meta, _hub_snapshot, _load_model, _load_tokenizer, resolve_target_source
 from .device import resolve_device, resolve_dtype
 from .kernels import apply_kernels, resolve_kernels, tune
+from .numerics import NonFiniteLogits
+from .transfer import mark, seconds_between
 
 ROLLBACKS = ("exact", "kv_only")
 
@@ -36,6 +41,7 @@ class StepOutput:
     hidden: Any = None  # tensor [rows, n_taps * hidden] on the target device, or None
     margins: list[float] | None = None  # top1 - top2 logit per kept row (float), or None
     seconds: float = 0.0
+    block: list[int] | None = None  # the ids fed (host copy; drafts handed over on the device come back here)
 
 
 @dataclass(eq=False)  # identity semantics: hashable, usable as a cache key
@@ -158,39 +164,53 @@ class TargetSession:
             cache.activate_past_recording()
         return cache
 
-    def _forward(self, tokens: list[int], keep: int, taps: Sequence[int], margins: bool) -> StepOutput:
+    def _forward(self, tokens, keep: int, taps: Sequence[int], margins: bool) -> StepOutput:
+        """One forward over `tokens` (host ids, or a 1-D long tensor on the device: drafts that never left it).
+        Exactly one device-to-host transfer (`transfer.to_host`): the kept rows' greedy ids, the finite-logit flag,
+        the fed ids when they came as a tensor, and the margins when asked."""
         import torch
 
         rt = self.rt
         t0 = time.perf_counter()
+        start = mark(rt.device)
         kwargs: dict[str, Any] = {"logits_to_keep": keep}
         if taps:
             # Index 0 of hidden_states is the embedding output, so layer l's output is at l + 1.
             kwargs["output_hidden_states"] = [int(t) + 1 for t in taps]
         with torch.inference_mode():
+            on_device = isinstance(tokens, torch.Tensor)
+            block = tokens.to(dtype=torch.long) if on_device else torch.tensor(tokens, dtype=torch.long,
+                                                                                device=rt.device)
+            rows = int(block.shape[0])
             if rt.cached:
                 if self.cache is None:
                     self.cache = self._new_cache()
-                inp = torch.tensor([tokens], dtype=torch.long, device=rt.device)
-                out = rt.model(input_ids=inp, cache=self.cache, use_cache=True, **kwargs)
-                rows = len(tokens)
+                out = rt.model(input_ids=block.view(1, -1), **cache_kwargs(rt.model, self.cache), use_cache=True,
+                               **kwargs)
             else:
-                inp = torch.tensor([self.prefix + tokens], dtype=torch.long, device=rt.device)
-                out = rt.model(input_ids=inp, use_cache=False, **kwargs)
-                rows = len(tokens)
+                prefix = torch.tensor(self.prefix, dtype=torch.long, device=rt.device)
+                out = rt.model(input_ids=torch.cat([prefix, block]).view(1, -1), use_cache=False, **kwargs)
             logits = out.logits[0, -keep:]
-            ids_t = logits.argmax(dim=-1)
             hidden = None
             if taps:
                 hs = out.hidden_states
                 hidden = torch.cat([hs[int(t) + 1][0, -rows:] for t in taps], dim=-1)
-            gaps = None
+            packed = [logits.argmax(dim=-1), torch.isfinite(logits).all().view(1).long()]
+            if on_device:
+                packed.append(block)
+            parts = [torch.cat(packed)]
             if margins:
                 top2 = logits.float().topk(2, dim=-1).values
-                gaps = (top2[:, 0] - top2[:, 1]).tolist()
-            ids = ids_t.tolist()  # the only host copy: the accepted ids (syncs the device)
+                parts.append(top2[:, 0] - top2[:, 1])
+            host = transfer.to_host(*parts)  # the forward's one transfer (it synchronises the device)
+        ids, finite = host[0][:keep], host[0][keep]
+        if not finite:
+            raise NonFiniteLogits(f"target {rt.name!r} produced non-finite logits (inf/NaN) in {rt.dtype}: the dtype "
+                                  "overflowed or the device is faulty; use float32 or bfloat16, or check the device")
         self.forwards += 1
-        return StepOutput(ids=ids, hidden=hidden, margins=gaps, seconds=time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0 if isinstance(start, float) else seconds_between(start, mark(rt.device))
+        return StepOutput(ids=ids, hidden=hidden, margins=host[1] if margins else None, seconds=seconds,
+                          block=host[0][keep + 1:] if on_device else list(tokens))
 
     def prefill(self, prompt: list[int], *, taps: Sequence[int] = (), margins: bool = False) -> StepOutput:
         """Absorb the prompt; return the greedy next token (1 kept row) and taps for every prompt row."""
@@ -199,10 +219,14 @@ class TargetSession:
         self._settle(0)
         return out
 
-    def verify(self, block: list[int], *, taps: Sequence[int] = (), margins: bool = False) -> StepOutput:
-        """One forward over `[last committed, d1..dw]`: the target's greedy id after each of the w+1 prefixes."""
-        out = self._forward(list(block), len(block), taps, margins)
-        self.prefix.extend(block)
+    def verify(self, block, *, taps: Sequence[int] = (), margins: bool = False) -> StepOutput:
+        """One forward over `[last committed, d1..dw]`: the target's greedy id after each of the w+1 prefixes.
+        `block`: host ids, or a long tensor on the device (its host copy comes back as `StepOutput.block`)."""
+        import torch
+
+        n = int(block.shape[0]) if isinstance(block, torch.Tensor) else len(block)
+        out = self._forward(block if isinstance(block, torch.Tensor) else list(block), n, taps, margins)
+        self.prefix.extend(out.block)
         return out
 
     def rollback(self, n_rejected: int) -> None:
@@ -228,6 +252,19 @@ class TargetSession:
                 _shrink_conv_only(layer)
             elif n_rejected:
                 layer.crop(-n_rejected)
+
+
+@functools.cache
+def _cache_arg(cls) -> str:
+    """The name `cls.forward` takes the cache under: `cache` (transformers >= 5.18; `past_key_values` is its
+    deprecated alias) or `past_key_values` (5.17 and before, e.g. the lent GPU machine's image, which would pass an
+    unknown `cache=` to **kwargs and decode without a cache, silently)."""
+    return "cache" if "cache" in inspect.signature(cls.forward).parameters else "past_key_values"
+
+
+def cache_kwargs(model, cache) -> dict:
+    """`{name: cache}` under the name this model's forward takes its cache by (`_cache_arg`)."""
+    return {_cache_arg(type(model)): cache}
 
 
 def _shrink_conv_only(layer) -> None:
@@ -384,7 +421,7 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
         for _ in range(new_tokens):
             if padded:
                 kwargs.update(attention_mask=mask, position_ids=pos)
-            out = rt.model(input_ids=inp, cache=cache, use_cache=True, logits_to_keep=1, **kwargs)
+            out = rt.model(input_ids=inp, **cache_kwargs(rt.model, cache), use_cache=True, logits_to_keep=1, **kwargs)
             last = out.logits[:, -1]
             if top_k:
                 v, i = torch.topk(last.float(), min(int(top_k), last.shape[-1]), dim=-1)

@@ -19,7 +19,7 @@ from dflash_core.runtime.proposers import OracleProposer, RandomProposer
 from dflash_core.runtime.target import TargetRuntime
 from dflash_core.testing import PATTERNS, TinySpec, build_tiny
 
-from ..support.helpers import check_invariants, check_path_exactness, reference
+from ..support.helpers import check_invariants, check_method_property, check_path_exactness, reference
 from ..support.strategies import decode_cases, method_options, prompts
 
 VOCAB = TinySpec().vocab_size
@@ -193,17 +193,4 @@ def test_every_method_runs_exact_on_the_onednn_and_tuned_paths_with_a_draft_voca
 @given(data=st.data())
 def test_every_method_is_exact_on_tiny_float64(tiny_prepared, method, data):
     """The one method property: every speculative id, drawn options, prompt, budget and width, float64 strict."""
-    rt, prep = tiny_prepared.rt, tiny_prepared.prepared
-    B = prep.drafter.cfg.block_size
-    prompt = data.draw(prompts(rt.vocab_size, max_len=32), label="prompt")
-    budget = data.draw(st.integers(0, 32), label="budget")
-    width = data.draw(st.integers(1, B), label="width")
-    opts = data.draw(method_options(method), label="options")
-    got, stats = speculative(rt, get_method(method).build(rt, prep, **opts), list(prompt), budget, width,
-                             method=method)
-    assert got == list(reference(rt, prompt)[0][:budget])
-    check_invariants(stats, width, budget)
-    assert stats.guidance_work >= 0 and all(isinstance(v, (int, float)) for v in stats.meta.values())
-    if method == "act" and stats.draft_calls:
-        assert stats.meta["act_verified"] == stats.proposed
-        assert stats.meta["act_verified"] + stats.meta["act_trimmed"] == stats.meta["act_margin_rows"]
+    check_method_property(tiny_prepared.rt, tiny_prepared.prepared, method, data)

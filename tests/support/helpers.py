@@ -8,9 +8,12 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from dflash_core.runtime.decode import DecodeStats, greedy
+from hypothesis import strategies as st
 
-from .strategies import MAX_BUDGET
+from dflash_core.methods import get_method
+from dflash_core.runtime.decode import DecodeStats, greedy, speculative
+
+from .strategies import MAX_BUDGET, method_options, prompts
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -163,3 +166,21 @@ def assert_topk_near(ids_a, vals_a, ids_b, vals_b, atol: float, why: str) -> Non
         tied[..., :-1] |= gaps
         tied[..., 1:] |= gaps
         assert bool(tied[differ].all()), f"top-k ids differ beyond a near-tie ({why})"
+
+
+def check_method_property(rt, prep, method: str, data) -> None:
+    """The one method property (tests/test_exactness.py on the CPU, tests/test_gpu.py on CUDA): `method` with drawn
+    options, prompt, budget and width decodes exactly greedy's ids (float64, strict), with sound stats."""
+    B = prep.drafter.cfg.block_size
+    prompt = data.draw(prompts(rt.vocab_size, max_len=32), label="prompt")
+    budget = data.draw(st.integers(0, 32), label="budget")
+    width = data.draw(st.integers(1, B), label="width")
+    opts = data.draw(method_options(method), label="options")
+    got, stats = speculative(rt, get_method(method).build(rt, prep, **opts), list(prompt), budget, width,
+                             method=method)
+    assert got == list(reference(rt, prompt)[0][:budget])
+    check_invariants(stats, width, budget)
+    assert stats.guidance_work >= 0 and all(isinstance(v, (int, float)) for v in stats.meta.values())
+    if method == "act" and stats.draft_calls:
+        assert stats.meta["act_verified"] == stats.proposed
+        assert stats.meta["act_verified"] + stats.meta["act_trimmed"] == stats.meta["act_margin_rows"]

@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
+from ...runtime import transfer
 from ...runtime.decode import Proposal
-from ...runtime.device import synchronize
 from ...runtime.drafter import DraftState
+from ...runtime.transfer import mark
 from .common import top2
 
 
@@ -41,31 +44,35 @@ class BlockProposer:
         return self.state.draft(prefix[-1], self.embed, self.head)
 
     def propose(self, prefix: list[int], k: int) -> Proposal:
-        t0 = time.perf_counter()
+        """Draft, then select. The stage clocks are `transfer.mark`s: on a GPU, CUDA events read after the round's
+        one transfer (no synchronisation of their own); on the CPU `perf_counter`, as always."""
+        dev = self.rt.device
+        t0 = mark(dev)
         logits, hidden = self.draft(prefix)
-        synchronize(self.rt.device)
-        t1 = time.perf_counter()
+        t1 = mark(dev)
         ids, guidance, meta = self.select(logits, hidden, prefix, k)
-        t2 = time.perf_counter()
-        return Proposal(ids=list(ids), draft_seconds=t1 - t0, select_seconds=t2 - t1, guidance=guidance,
-                        meta=meta)
+        t2 = mark(dev)
+        ids = ids if isinstance(ids, torch.Tensor) else list(ids)
+        if isinstance(t0, float):
+            return Proposal(ids=ids, draft_seconds=t1 - t0, select_seconds=t2 - t1, guidance=guidance, meta=meta)
+        return Proposal(ids=ids, guidance=guidance, meta=meta, marks=(t0, t1, t2))
 
-    def select(self, logits, hidden, prefix: list[int], k: int) -> tuple[list[int], int, dict]:
+    def select(self, logits, hidden, prefix: list[int], k: int) -> tuple[Any, int, dict]:
+        """(the block: host ids, or a long tensor on the device when selected there; guidance work; meta)."""
         raise NotImplementedError
 
 
 class Top2Proposer(BlockProposer):
     """For the top-2 methods (13, 14): top-2 on the drafter's device, then O(B) host work on B x 2 lists.
 
-    No device synchronise before the transfer (the `.tolist()` is the synchronisation); the draft time
+    No device synchronise before the transfer (`transfer.to_host` is the synchronisation); the draft time
     includes the top-2 and its transfer, as these methods always measured it.
     """
 
     def propose(self, prefix: list[int], k: int) -> Proposal:
         t0 = time.perf_counter()
         logits, _ = self.draft(prefix)
-        ids_t, vals_t = top2(logits)
-        ids, vals = ids_t.tolist(), vals_t.tolist()  # the only transfer: B x 2 ids and values
+        ids, vals = transfer.to_host(*top2(logits))  # the only transfer: B x 2 ids and values
         t1 = time.perf_counter()
         chosen, guidance, meta = self.choose(ids, vals, prefix)
         t2 = time.perf_counter()

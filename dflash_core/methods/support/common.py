@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ...errors import BadInputError
+from ...runtime import transfer
 
 # --- the tie rule -----------------------------------------------------------------------------------
 
@@ -56,7 +57,7 @@ def topk_tensors(logits, k: int):
 def topk(logits, k: int) -> tuple[list[list[int]], list[list[float]]]:
     """`topk_tensors` as host lists: (ids [R][k], values [R][k])."""
     ids, vals = topk_tensors(logits, k)
-    return ids.tolist(), vals.tolist()
+    return tuple(transfer.to_host(ids, vals))  # one transfer for both (runtime/transfer.py)
 
 
 def top2(logits):
