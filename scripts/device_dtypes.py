@@ -1,7 +1,9 @@
 """The per-dtype lines of the device check (dflash_core/bench/dtypes.py): run by scripts/device_gpu_check.sh on a
 lent GPU, one JSON line per dtype on the prepared mini target. Run it by hand as
 `python scripts/device_dtypes.py --device cuda --dtypes float32,float16,bfloat16` (a CPU: --device cpu
---dtypes float32,bfloat16). Exit 1 when any method diverged beyond its dtype's tie tolerance."""
+--dtypes float32,bfloat16). Exit 1 when any method diverged beyond its dtype's tie tolerance.
+
+When to run: by scripts/device_gpu_check.sh on a lent GPU, or by hand on a GPU (docs/gpu.md)."""
 
 from __future__ import annotations
 

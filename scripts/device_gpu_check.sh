@@ -85,7 +85,7 @@ print('PREPARE_CUDA', json.dumps({'device': d.get('device'), 'teacher': {k: d['t
 else
   for s in device_check import_mini gpu_exactness gpu_bench dtypes tiny_ckpt prepare_cuda; do skip "$s"; done
   # what the CPU can check of the GPU legs: they skip cleanly without CUDA (and fail under DFLASH_REQUIRE_GPU=1,
-  # which tests/test_gpu_gate.py proves)
+  # which tests/runtime/test_gpu_gate.py proves)
   step gpu_legs_skip 120 "${PYTEST[@]}" tests/runtime/test_gpu.py -k "device_check or negative_control"
 fi
 echo "TOTAL $((SECONDS - T0))s"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# When to run: here, before a lent GPU call (docs/gpu.md).
 # Run here, before a lent GPU call: downloads the lab's pinned wheels for the device image (Python 3.12, x86_64
 # manylinux) into .whl/ (git-ignored via .git/info/exclude), which the call carries (carry [".whl"]) and
 # scripts/device_gpu_check.sh installs with --no-index. No torch: the image's own CUDA torch is used (a CUDA torch

@@ -48,7 +48,7 @@ def dtype_line(rt, prepared, prompts: Sequence[Sequence[int]], tokens: int, widt
                methods: Sequence[str] | None = None) -> dict:
     """The line for `rt`'s dtype: block-vs-step difference on the first prompt's greedy continuation, then per
     method its verdict against greedy (worst over the prompts), tokens per target call and `transfer.to_host`
-    calls per target call (the sync diet's figure, counted here as tests/test_syncs.py counts it)."""
+    calls per target call (the sync diet's figure, counted here as tests/runtime/test_syncs.py counts it)."""
     refs = [greedy(rt, list(p), tokens, record_margins=True) for p in prompts]
     line: dict = {"dtype": str(rt.dtype).replace("torch.", ""), "device": str(rt.device),
                   "block_vs_step": block_vs_step(rt, prompts[0], refs[0][0][:max(2, width + 1)]), "methods": {}}

@@ -71,7 +71,7 @@ from .traindata import TrainText, _digest, cut_seeds, forced_chunks, forced_line
 
 TRAJ_FILE = "trajectories.json"
 # What prepare builds for a given config. Bump it whenever the recipe or PrepareConfig's defaults change
-# (tests/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
+# (tests/prepare/test_prepare.py pins the defaults to DEFAULTS_SHA256), so homes built by an older prepare are rebuilt.
 RECIPE = ("2026-12-03b: taps from the teacher pass, chunked exact loss, bf16 matmuls and sampled head rows at "
           "vocab >= 16384, shipped training text for every target (issue 29); at vocab >= 16384 a draft vocabulary "
           "(8192 to 16384 ids), teacher-forced text and 3000 steps under a 15-minute budget with patience 20 "

@@ -4,7 +4,7 @@ A CUDA decode loses more to host synchronisations than to arithmetic at the lab'
 `.item()` or `torch.cuda.synchronize()` drains the queue and idles the GPU until the host launches again. So
 the decode keeps ids on the device and crosses to the host once per round, for acceptance (gpt-fast's one
 `.item()` per speculative round), plus once where a method selects on the host. Every crossing the decode
-makes goes through `to_host` (tests count its calls per round: tests/test_syncs.py), which moves several
+makes goes through `to_host` (tests count its calls per round: tests/runtime/test_syncs.py), which moves several
 tensors with one synchronisation. `mark` / `seconds_between` time device work with CUDA events, read only
 after the round's one transfer has drained the queue, so timing adds no synchronisation either; on the CPU
 both are plain `perf_counter` readings, as before.

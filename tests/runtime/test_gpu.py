@@ -1,5 +1,5 @@
 """GPU legs of the exactness suite (docs/design.md §1, docs/gpu.md). Marked `gpu`: skipped cleanly without CUDA, a
-failure with DFLASH_REQUIRE_GPU=1 (the root conftest's gate; tests/test_gpu_gate.py proves both on this CPU).
+failure with DFLASH_REQUIRE_GPU=1 (the root conftest's gate; tests/runtime/test_gpu_gate.py proves both on this CPU).
 
 Every GPU test runs with TF32 and reduced-precision reductions off (`runtime.numerics.pin_exact`, called by the
 gate before each GPU item, so no result depends on test order). float64 on CUDA is strict: every method, the

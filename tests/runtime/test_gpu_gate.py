@@ -1,5 +1,5 @@
 """The GPU legs on a machine without CUDA: they skip cleanly, and DFLASH_REQUIRE_GPU=1 turns each into a failure
-(the gate in the root conftest). Runs a child pytest on two GPU items of tests/test_gpu.py; skipped where CUDA is
+(the gate in the root conftest). Runs a child pytest on two GPU items of tests/runtime/test_gpu.py; skipped where CUDA is
 present (there the items run for real)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-ITEMS = ["tests/test_gpu.py::test_device_check_on_gpu",
-         "tests/test_gpu.py::test_negative_control_attention_only_rollback_is_caught_on_cuda"]
+ROOT = Path(__file__).resolve().parents[2]
+ITEMS = ["tests/runtime/test_gpu.py::test_device_check_on_gpu",
+         "tests/runtime/test_gpu.py::test_negative_control_attention_only_rollback_is_caught_on_cuda"]
 
 
 def _child(require: str) -> subprocess.CompletedProcess:
@@ -27,7 +27,7 @@ def test_gpu_legs_skip_without_cuda_and_fail_when_a_gpu_is_required():
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("CUDA is present: the GPU legs run for real (tests/test_gpu.py)")
+        pytest.skip("CUDA is present: the GPU legs run for real (tests/runtime/test_gpu.py)")
     free = _child("0")
     assert free.returncode == 0, free.stdout[-2000:]
     assert "2 skipped" in free.stdout and "CUDA not available" in free.stdout

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-NUMERICS_MODULES = ("tests/test_teacher.py",)  # every module holding a `numerics` test
+REPO = Path(__file__).resolve().parents[2]
+NUMERICS_MODULES = ("tests/prepare/test_teacher.py",)  # every module holding a `numerics` test
 
 
 def second_configuration() -> dict[str, str]:
@@ -32,7 +32,7 @@ def second_configuration() -> dict[str, str]:
 
 def test_every_numerics_test_lives_in_a_listed_module():
     """A `numerics` test outside NUMERICS_MODULES would never see the second configuration."""
-    marked = [p.relative_to(REPO).as_posix() for p in (REPO / "tests").glob("test_*.py")
+    marked = [p.relative_to(REPO).as_posix() for p in (REPO / "tests").rglob("test_*.py")
               if p.name != Path(__file__).name and "@pytest.mark.numerics" in p.read_text("utf-8")]
     assert sorted(marked) == sorted(NUMERICS_MODULES)
 

@@ -1,5 +1,5 @@
 """`prepare --device` (prepare/devices.py): the CPU recipe unchanged, a GPU asked for where there is none refused
-before any work. The CUDA leg (teacher and training on the GPU, recorded in the manifest) is in tests/test_gpu.py."""
+before any work. The CUDA leg (teacher and training on the GPU, recorded in the manifest) is in tests/runtime/test_gpu.py."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_prepare_refuses_cuda_without_cuda_before_any_work(tmp_path):
     from dflash_core.prepare.pipeline import prepare
 
     if torch.cuda.is_available():
-        pytest.skip("CUDA is present: tests/test_gpu.py prepares on it")
+        pytest.skip("CUDA is present: tests/runtime/test_gpu.py prepares on it")
     home = tmp_path / "home"
     with pytest.raises(DeviceError, match="CUDA is not available"):
         prepare(str(tmp_path / "nowhere"), home=home, cfg=tiny_prepare_config(), progress=False, device="cuda")

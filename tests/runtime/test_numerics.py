@@ -1,7 +1,7 @@
 """Numerics pinned and recorded (runtime/numerics.py), the finite-logit check, and the peer drafter's dtype.
 
 The TF32 / reduced-precision flags are process-wide settings that a CPU build of torch holds too, so pinning and
-recording them is tested here; what they do to a GPU's kernels is tests/test_gpu.py's part.
+recording them is tested here; what they do to a GPU's kernels is tests/runtime/test_gpu.py's part.
 """
 
 from __future__ import annotations

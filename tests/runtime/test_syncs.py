@@ -3,7 +3,7 @@ acceptance, plus once where a method selects on the host.
 
 On this CPU the crossings are counted two ways: calls of `transfer.to_host` (the one door), and every host read
 of a tensor made outside it (`.tolist()`, `.item()`, `int()`, `float()`, `bool()`, `.cpu()`, `.numpy()`:
-each a synchronisation when the tensor lives on a GPU), through a TorchFunctionMode. tests/test_gpu.py counts
+each a synchronisation when the tensor lives on a GPU), through a TorchFunctionMode. tests/runtime/test_gpu.py counts
 CUDA's own synchronisations where a GPU is present.
 """
 
