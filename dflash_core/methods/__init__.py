@@ -23,6 +23,7 @@ from . import (
     parareal_v12,
     parareal_v14,
     routing,
+    suffix_dflash,
 )
 from .base import Calibration, FitContext, Fitter, MethodInfo
 
@@ -42,6 +43,7 @@ METHOD_LIST: tuple[MethodInfo, ...] = (
     parareal_v12.INFO,  # 12
     routing.INFO_V13,  # 13 minop_v13
     parareal_v14.INFO,  # 14 simple_parareal_v14
+    suffix_dflash.INFO,  # 15, the lab's own
 )
 
 METHODS: dict[str, MethodInfo] = {m.id: m for m in METHOD_LIST}
@@ -95,14 +97,15 @@ def fitters() -> tuple[Fitter, ...]:
 
 def markdown_table() -> str:
     """The README's table of the methods, generated from the registry (a test keeps the README in step)."""
-    rows = ["| # | id | method | mechanism | prepare fits | calibrated on calibration prompts |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| # | id | method | from | mechanism | prepare fits | calibrated on calibration prompts |",
+            "|---|---|---|---|---|---|---|"]
     for m in METHOD_LIST:
         fits = ", ".join(f.name for f in m.fitters) or "—"
         cal = m.calibration
         how = ("—" if cal is None else f"reuses {cal.reuses}'s choice" if cal.reuses
                else ", ".join(cal.grid) + (" (successive halving)" if cal.search == "halving" else ""))
-        rows.append(f"| {m.index:02d} | `{m.id}` | {m.label} | {m.mechanism} | {fits} | {how} |")
+        origin = "seed" if m.origin == "seed" else "lab's own"
+        rows.append(f"| {m.index:02d} | `{m.id}` | {m.label} | {origin} | {m.mechanism} | {fits} | {how} |")
     return "\n".join(rows)
 
 

@@ -79,13 +79,17 @@ class Calibration:
         return [dict(zip(keys, vals)) for vals in itertools.product(*(self.grid[k] for k in keys))]
 
 
+ORIGINS = ("seed", "lab")
+
+
 @dataclass(frozen=True)
 class MethodInfo:
     """A registry entry. `proposer(rt, prepared, options)` builds the method; None for normal (plain greedy).
 
     `options` is the method's frozen options dataclass (`support.common.MethodOptions`), `fitters` the prepare
     steps whose files it needs (shared fitters are listed by every method that reads them), `calibration` how
-    bench calibrates it (None: not calibrated). `why_inactive` is one sentence on why the method's draft can
+    bench calibrates it (None: not calibrated), `origin` whether the seed study specified it or the lab added it.
+    `why_inactive` is one sentence on why the method's draft can
     equal plain dflash's throughout a run (the report shows it beside a method labelled "inactive here").
     """
 
@@ -100,6 +104,11 @@ class MethodInfo:
     calibration: Calibration | None = None
     stages: tuple[str, ...] = ()
     why_inactive: str = ""
+    origin: str = "seed"  # "seed": one of the seed study's 14 (reference/seed-methods-*.md); "lab": the lab's own
+
+    def __post_init__(self) -> None:
+        if self.origin not in ORIGINS:
+            raise ValueError(f"method {self.id!r}: origin must be one of {ORIGINS}, got {self.origin!r}")
 
     @property
     def needs(self) -> tuple[str, ...]:

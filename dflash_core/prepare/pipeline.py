@@ -63,6 +63,7 @@ from .train import (
     TrainConfig,
     check_train_knobs,
     resolve_schedule,
+    resolve_seed_labels,
     resolve_select,
     train_config_dict,
     train_drafter,
@@ -527,7 +528,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
     ident = target_identity(rt)
     # the selection rule resolved for this target before any config is compared or recorded: a real target's
     # manifest names it, the mini's records what it always did (train.LATE_TRAIN_KNOBS)
-    cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size)),
+    cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size),
+                                     seed_labels=resolve_seed_labels(cfg.train.seed_labels, rt.vocab_size)),
                   teacher_dtype=resolve_auto_teacher(cfg.teacher_dtype, rt),  # the same for the teacher's dtype
                   teacher_batching=resolve_teacher_batching(cfg.teacher_batching, rt))  # and its batches
     imported, source_sha = None, None
@@ -589,7 +591,8 @@ def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareCo
         t0 = time.perf_counter()
         with teacher_autocast(rt, teacher_dtype):
             teacher = teacher_data(rt, seeds, cfg.traj_tokens, taps if imported is None else (), top_k, work=work,
-                                   progress=progress, dtype=teacher_dtype, padded=padded, batch=plan.teacher_batch)
+                                   progress=progress, dtype=teacher_dtype, padded=padded, batch=plan.teacher_batch,
+                                   prompt_preds=imported is None and cfg.train.seed_labels == "target")
         trajs = teacher.sequences
         t_traj = time.perf_counter() - t0
         _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")

@@ -36,6 +36,7 @@ PADDED_BATCH = 256  # prompts per padded batch (`padded_batches`): on a 2-core A
 # (studies/2026-12-07-padded-teacher/)
 PAD_WASTE = 0.1  # a padded batch's pad rows stay under this share of the rows it feeds (prompt + new tokens)
 TEACHER_FILE = "teacher.safetensors"
+ROW_TENSORS = ("taps", "top_logits", "top_ids", "prompt_preds")  # a row's tensors after its sequence, in order
 
 
 @dataclass
@@ -52,6 +53,10 @@ class TeacherData:
     # teacher-forced text (`forced_data`): per sequence the target's argmax prediction of each token [L] (row 0:
     # the first token itself), None for a generated trajectory (its tokens are the target's own)
     preds: list[torch.Tensor | None] | None = None
+    # per generated trajectory the target's argmax at its prompt rows but the last [prompt_len - 1] (its own
+    # prediction of seed tokens 1..; `batch_teacher(prompt_preds=True)`), None where not recorded: what anchors
+    # inside the seed are labelled with under TrainConfig.seed_labels = 'target'
+    prompt_preds: list[torch.Tensor | None] | None = None
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -60,7 +65,8 @@ class TeacherData:
         """The trajectories with the given indexes (held-out drops, length filters), in that order."""
         pick = lambda xs: None if xs is None else [xs[i] for i in keep]  # noqa: E731
         return TeacherData([self.sequences[i] for i in keep], [self.prompt_lens[i] for i in keep], pick(self.taps),
-                           pick(self.top_logits), pick(self.top_ids), self.tap_layers, pick(self.preds))
+                           pick(self.top_logits), pick(self.top_ids), self.tap_layers, pick(self.preds),
+                           pick(self.prompt_preds))
 
     def forced(self, i: int) -> bool:
         return self.preds is not None and self.preds[i] is not None
@@ -83,11 +89,11 @@ class TeacherData:
         both = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
         top = lambda a, b, d: None if a is None and b is None else \
             (a or _empty_top(b, n, d)) + (b or _empty_top(a, m, d))  # noqa: E731
-        preds = None if self.preds is None and other.preds is None else \
-            (self.preds or [None] * n) + (other.preds or [None] * m)
+        either = lambda a, b: None if a is None and b is None else (a or [None] * n) + (b or [None] * m)  # noqa: E731
         return TeacherData(self.sequences + other.sequences, self.prompt_lens + other.prompt_lens,
                            both(self.taps, other.taps), top(self.top_logits, other.top_logits, torch.float32),
-                           top(self.top_ids, other.top_ids, torch.long), self.tap_layers or other.tap_layers, preds)
+                           top(self.top_ids, other.top_ids, torch.long), self.tap_layers or other.tap_layers,
+                           either(self.preds, other.preds), either(self.prompt_preds, other.prompt_preds))
 
 
 def _empty_top(like: list[torch.Tensor] | None, count: int, dtype: torch.dtype) -> list[torch.Tensor]:
@@ -124,8 +130,9 @@ def padded_batches(lengths: Sequence[int], new_tokens: int, size: int = PADDED_B
 
 def generate_shard(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int], top_k: int,
                    rank: int = 0, world: int = 1, batch: int | None = None, progress: bool = False,
-                   padded: bool = False) -> dict:
-    """This rank's batches (every `world`-th, from `rank`): {prompt index: (sequence, taps, top values, top ids)}.
+                   padded: bool = False, prompt_preds: bool = False) -> dict:
+    """This rank's batches (every `world`-th, from `rank`): {prompt index: (sequence, taps, top values, top ids,
+    prompt predictions)}.
     `padded`: left-padded batches of `padded_batches` instead of length buckets; `batch` (prompts a batch)
     defaults to PADDED_BATCH then, else TEACHER_BATCH."""
     prompts = [list(p) for p in prompts]
@@ -135,10 +142,12 @@ def generate_shard(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: 
     out: dict[int, tuple] = {}
     desc = "teacher batches" if world == 1 else f"teacher batches (rank {rank}/{world})"
     for idx in logged(mine, desc, len(mine), log, show=progress):
-        conts, hid, tops = batch_teacher(rt, [prompts[i] for i in idx], new_tokens, taps, top_k, padded=padded)
+        conts, hid, tops, pp = batch_teacher(rt, [prompts[i] for i in idx], new_tokens, taps, top_k, padded=padded,
+                                             prompt_preds=prompt_preds)
         for r, i in enumerate(idx):
             top_v, top_i = (None, None) if tops is None else (tops[0][r].contiguous(), tops[1][r].contiguous())
-            out[i] = (prompts[i] + conts[r], None if hid is None else hid[r].contiguous(), top_v, top_i)
+            out[i] = (prompts[i] + conts[r], None if hid is None else hid[r].contiguous(), top_v, top_i,
+                      None if pp is None else pp[r].contiguous())
     return out
 
 
@@ -149,28 +158,30 @@ def merge_shards(shards: Sequence[dict], prompts: Sequence[Sequence[int]], taps:
     if sorted(rows) != list(range(len(prompts))):
         raise ArtifactError(f"teacher shards cover {len(rows)} of {len(prompts)} prompts: a rank's shard is missing")
     col = lambda j: None if rows[0][j] is None else [rows[i][j] for i in range(len(prompts))]  # noqa: E731
+    pp = col(4) if all(len(rows[i]) > 4 for i in rows) else None
     return TeacherData([rows[i][0] for i in range(len(prompts))], [len(p) for p in prompts], col(1), col(2), col(3),
-                       tuple(int(t) for t in taps))
+                       tuple(int(t) for t in taps), prompt_preds=pp)
 
 
 def teacher_data(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int] = (), top_k: int = 0,
                  *, work: Path | None = None, batch: int | None = None, progress: bool = False,
-                 dtype: str = "float32", padded: bool = False) -> TeacherData:
+                 dtype: str = "float32", padded: bool = False, prompt_preds: bool = False) -> TeacherData:
     """Generate (or, from `work`, reload) the teacher data; sharded over the ranks of a torchrun group.
 
     Every rank returns the whole merged data. Without a process group this is one shard in this process. With
     `work`, the merged data is saved there by rank 0 and reused by a later call with the same inputs. `dtype`:
     the matmul dtype the caller runs the target's forwards in (its autocast), part of the reuse key, as is
-    `padded` (left-padded batches of mixed prompt lengths, `generate_shard`).
+    `padded` (left-padded batches of mixed prompt lengths, `generate_shard`), and `prompt_preds` (the target's
+    argmax at the prompt rows, `batch_teacher`).
     """
     rank, world = dist.rank(), dist.world_size()
-    key = _key(prompts, new_tokens, taps, top_k, dtype, padded)
+    key = _key(prompts, new_tokens, taps, top_k, dtype, padded, prompt_preds)
     if work is not None:
         rows = load_rows(work / TEACHER_FILE, key)
         if rows is not None:
             log.info("teacher data reloaded from %s (a resumed prepare)", work / TEACHER_FILE)
             return merge_shards([rows], prompts, taps)
-    shard = generate_shard(rt, prompts, new_tokens, taps, top_k, rank, world, batch, progress, padded)
+    shard = generate_shard(rt, prompts, new_tokens, taps, top_k, rank, world, batch, progress, padded, prompt_preds)
     if world == 1:
         data = merge_shards([shard], prompts, taps)
     elif work is None:
@@ -195,30 +206,33 @@ def teacher_data(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Se
 
 
 def rows_of(data: TeacherData) -> dict:
-    cols = (data.taps, data.top_logits, data.top_ids)
+    cols = (data.taps, data.top_logits, data.top_ids, data.prompt_preds)
     return {i: (data.sequences[i], *(None if c is None else c[i] for c in cols)) for i in range(len(data))}
 
 
-def _key(prompts, new_tokens, taps, top_k, dtype: str = "float32", padded: bool = False) -> str:
+def _key(prompts, new_tokens, taps, top_k, dtype: str = "float32", padded: bool = False,
+         prompt_preds: bool = False) -> str:
     doc = {"prompts": [list(map(int, p)) for p in prompts], "new_tokens": int(new_tokens),
            "taps": [int(t) for t in taps], "top_k": int(top_k)}
     if dtype != "float32":  # float32 keys stay what they were before the teacher had a dtype
         doc["dtype"] = dtype
     if padded:  # and length-bucketed keys what they were before padded batches
         doc["padded"] = True
+    if prompt_preds:  # and keys without the prompt rows' predictions what they were before them
+        doc["prompt_preds"] = True
     return hashlib.sha256(json.dumps(doc).encode()).hexdigest()
 
 
 def save_rows(path: Path, rows: dict, key: str) -> None:
-    """Rows {index: (sequence, taps, top values, top ids)} as one safetensors file: one tensor per row and kind
-    (no concatenated copy of gigabytes of taps), sequences in the metadata. Written straight to a temporary file
-    and renamed, so a kill mid-write leaves no file under the final name."""
+    """Rows {index: (sequence, taps, top values, top ids, prompt predictions)} as one safetensors file: one tensor
+    per row and kind (no concatenated copy of gigabytes of taps), sequences in the metadata. Written straight to a
+    temporary file and renamed, so a kill mid-write leaves no file under the final name."""
     from safetensors.torch import save_file
 
     order = sorted(rows)
     meta = {"key": key, "index": order, "sequences": [list(map(int, rows[i][0])) for i in order]}
-    tensors = {f"{name}/{r}": rows[i][j] for j, name in ((1, "taps"), (2, "top_logits"), (3, "top_ids"))
-               for r, i in enumerate(order) if rows[i][j] is not None}
+    tensors = {f"{name}/{r}": rows[i][j] for j, name in enumerate(ROW_TENSORS, start=1)
+               for r, i in enumerate(order) if len(rows[i]) > j and rows[i][j] is not None}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.part"
     try:
@@ -239,7 +253,7 @@ def load_rows(path: Path, key: str) -> dict | None:
             meta = json.loads((f.metadata() or {})["teacher"])
             if meta.get("key") != key:
                 return None
-            names = ("taps", "top_logits", "top_ids")
+            names = ROW_TENSORS
             have = set(f.keys())
             return {i: (meta["sequences"][r], *(f.get_tensor(f"{n}/{r}") if f"{n}/{r}" in have else None
                                                 for n in names))

@@ -69,7 +69,13 @@ MINI_STEPS, MINI_PATIENCE = 600, 4
 # `select` has two: 'auto' (an unresolved config) and 'accuracy' (what 'auto' resolves to below a real vocabulary, and
 # what every drafter was selected by before the knob): prepare records the resolved rule, so the mini's recorded
 # config (the reference bundle's) is unchanged and a real target's names 'loss'.
-LATE_TRAIN_KNOBS = {"feature_weight": (0.0,), "select": ("auto", "accuracy")}
+LATE_TRAIN_KNOBS = {"feature_weight": (0.0,), "select": ("auto", "accuracy"), "seed_labels": ("auto", "text")}
+SEED_LABELS = ("text", "target")  # TrainConfig.seed_labels, besides 'auto'
+REAL_VOCAB_SEED_LABELS = "target"  # 'auto' at a real vocabulary: design contract 12 (labels from the target); the
+# mini keeps 'text' (its reference bundle's recipe) until a measurement there says otherwise
+# The anchor rules: 'all' (from position 1), 'continuation' (from the last prompt token: the anchors a decode drafts
+# from, whose labels are all generated), 'seed' (inside the seed text only: an analysis split, never trained on).
+ANCHOR_RULES = ("all", "continuation", "seed")
 # The held-out figures a kept training state can be chosen on (TrainConfig.select), each as "higher is better".
 SELECT_RULES = ("accuracy", "loss", "accepted")
 # 'auto' at a real vocabulary: over six paired SmolLM2 runs (seeds 7-10, two data sizes) the state kept by the
@@ -95,6 +101,11 @@ class TrainConfig:
     # MINI_PATIENCE below LARGE_VOCAB, REAL_VOCAB_PATIENCE at a real vocabulary
     val_sequences: int = 128  # held-out trajectories evaluated (a fixed seeded subset when there are more)
     anchors: str = "all"  # 'continuation': anchors only where the labels are the target's own tokens
+    seed_labels: str = "auto"  # 'target': anchors inside the seed text are labelled with the target's own argmax
+    # there (the teacher's first forward records it), each label valid only while the seed follows the target's
+    # predictions (the forced text's rule), so no human token is a label; 'text': the seed's own tokens; auto =
+    # text below LARGE_VOCAB (the mini's recipe, left out of recorded configs: LATE_TRAIN_KNOBS),
+    # REAL_VOCAB_SEED_LABELS at a real vocabulary
     distill_top_k: int = 0  # > 0: soft targets from the target's top-k logits (teacher pass), mixed with the label
     distill_weight: float = 0.5  # share of the target's top-k distribution in the soft target
     matmul_dtype: str = "auto"  # training matmuls (head + drafter autocast): auto = bfloat16 at a real vocabulary
@@ -191,7 +202,7 @@ def resolve_schedule(tcfg: TrainConfig, vocab: int) -> TrainConfig:
                                or not 0 < budget < float("inf")):
         raise BadInputError(f"train budget_minutes must be 'auto', None or a number of minutes > 0, got {budget!r}")
     return replace(tcfg, steps=steps, patience=patience, budget_minutes=None if budget is None else float(budget),
-                   select=resolve_select(tcfg.select, vocab))
+                   select=resolve_select(tcfg.select, vocab), seed_labels=resolve_seed_labels(tcfg.seed_labels, vocab))
 
 
 def resolve_row_sampling(value, vocab: int) -> bool:
@@ -244,6 +255,19 @@ def check_train_knobs(tcfg: TrainConfig) -> None:
     check_feature_weight(tcfg.feature_weight)
     check_distill(tcfg.distill_top_k, tcfg.distill_weight)
     resolve_select(tcfg.select, LARGE_VOCAB)
+    resolve_seed_labels(tcfg.seed_labels, LARGE_VOCAB)
+    if tcfg.anchors not in ANCHOR_RULES[:2]:
+        raise BadInputError(f"train anchors must be one of {', '.join(ANCHOR_RULES[:2])}, "
+                            f"got {str(tcfg.anchors)[:40]!r}")
+
+
+def resolve_seed_labels(value, vocab: int) -> str:
+    """TrainConfig.seed_labels with 'auto' resolved for a target vocabulary of `vocab`; anything else is refused."""
+    if value == "auto":
+        return REAL_VOCAB_SEED_LABELS if vocab >= LARGE_VOCAB else "text"
+    if not isinstance(value, str) or value not in SEED_LABELS:
+        raise BadInputError(f"train seed_labels must be one of auto, {', '.join(SEED_LABELS)}, got {str(value)[:40]!r}")
+    return value
 
 
 def resolve_select(value, vocab: int) -> str:
@@ -305,8 +329,11 @@ def trajectories_taps(rt: TargetRuntime, seqs: Sequence[Sequence[int]], taps: Se
 
 def anchor_range(length: int, prompt_len: int, B: int, rule: str) -> tuple[int, int]:
     """[lo, hi] of the anchors of one trajectory: labels a+1..a+B must exist; 'continuation' starts at the last
-    prompt token (the first anchor a decode drafts from), falling back to every anchor when that leaves none."""
+    prompt token (the first anchor a decode drafts from), falling back to every anchor when that leaves none;
+    'seed' ends before it (anchors inside the seed text; callers keep trajectories with such anchors)."""
     hi = length - B - 1
+    if rule == "seed":
+        hi = min(hi, prompt_len - 2)
     lo = max(1, prompt_len - 1) if rule == "continuation" else 1
     return (lo, hi) if lo <= hi else (1, hi)
 
@@ -333,15 +360,43 @@ def _batch(data: TeacherData, idx: Sequence[int]):
     return tok, ft
 
 
-def _preds(data: TeacherData, idx: Sequence[int], tok: torch.Tensor) -> torch.Tensor | None:
-    """The labels' source [n, T] of a batch with teacher-forced text: the target's predictions there, the
-    tokens themselves for generated trajectories; None when the batch has no forced text."""
-    if not any(data.forced(i) for i in idx):
+def _preds(data: TeacherData, idx: Sequence[int], tok: torch.Tensor, relabel: bool = False) -> torch.Tensor | None:
+    """The labels' source [n, T] of a batch: the target's predictions of teacher-forced text, the tokens themselves
+    for generated trajectories, and with `relabel` the target's predictions of their seed text (`prompt_preds`);
+    None when nothing differs from the tokens (no forced text, no relabelled seed)."""
+    seeds = [r for r, i in enumerate(idx) if relabel and data.prompt_preds is not None and not data.forced(i)
+             and data.prompt_preds[i] is not None and data.prompt_preds[i].numel()]
+    if not seeds and not any(data.forced(i) for i in idx):
         return None
     out = tok.clone()
     for r, i in enumerate(idx):
         if data.forced(i):
             out[r, :data.preds[i].numel()] = data.preds[i]
+    for r in seeds:
+        pp = data.prompt_preds[idx[r]]
+        out[r, 1:1 + pp.numel()] = pp  # row j's argmax predicts token j + 1
+    return out
+
+
+def prompt_predictions(rt: TargetRuntime, data: TeacherData, batch: int = 32,
+                       progress: bool = False) -> list[torch.Tensor | None]:
+    """The target's argmax at every prompt row but the last of each generated trajectory (None for forced text),
+    from forwards over the prompts, for teacher data that did not record them (reused trajectories, studies)."""
+    out: list[torch.Tensor | None] = [None] * len(data)
+    heads = {i: data.sequences[i][:data.prompt_lens[i] - 1] for i in range(len(data))
+             if not data.forced(i) and data.prompt_lens[i] > 1}
+    order = sorted(heads)
+    buckets = length_buckets([heads[i] for i in order], batch)
+    for bucket in logged(buckets, "seed predictions", len(buckets), log, show=progress):
+        idx = [order[j] for j in bucket]
+        inp = torch.tensor([heads[i] for i in idx], dtype=torch.long, device=rt.device)
+        with torch.inference_mode():
+            top = rt.model(input_ids=inp, use_cache=False).logits.argmax(-1).cpu()
+        for r, i in enumerate(idx):
+            out[i] = top[r].clone()
+    for i in range(len(data)):
+        if out[i] is None and not data.forced(i):
+            out[i] = torch.zeros(0, dtype=torch.long)
     return out
 
 
@@ -385,6 +440,17 @@ def block_inputs(drafter: DFlashDrafter, embed, tok: torch.Tensor, anc: torch.Te
     blk_ok = (q_blk.view(-1, 1) == q_blk.view(1, -1)).expand(n, -1, -1)
     mask = torch.cat([ctx_ok, blk_ok], dim=-1).unsqueeze(1)
     return x, pos, torch.arange(T).expand(n, T), mask
+
+
+def valid_labels(tok: torch.Tensor, preds: torch.Tensor, anc: torch.Tensor, B: int) -> torch.Tensor:
+    """[n, M, B]: which labels of the blocks at anchors `anc` [n, M] hold, where the labels are the target's
+    predictions `preds` [n, T] of text `tok` [n, T] (teacher-forced text, a relabelled seed): label k is the greedy
+    continuation only while the text before it is the target's own prediction, so the first differing token ends
+    the block's valid labels (label 1 always holds: it reads only the context)."""
+    n, M = anc.shape
+    at = (anc.unsqueeze(-1) + 1 + torch.arange(B)).view(n, -1)
+    match = (tok.gather(1, at) == preds.gather(1, at)).view(n, M, B)
+    return torch.cat([torch.ones(n, M, 1, dtype=torch.bool), match[..., :-1]], -1).cumprod(-1).bool()
 
 
 def sample_rows(n: int, M: int, B: int, gamma: float, gen: torch.Generator) -> torch.Tensor:
@@ -449,9 +515,8 @@ def _block_loss(drafter, embed, head, tok, ft, anc, gamma: float, targets=None, 
     w = torch.exp(-torch.arange(B, dtype=torch.float64) / gamma)
     if keep is None:
         keep = torch.ones(n, M, B, dtype=torch.bool)
-    if preds is not None:  # teacher-forced text: label k is the greedy continuation only while the text is
-        match = (tok.gather(1, at) == preds.gather(1, at)).view(n, M, B)  # the target's own prediction
-        keep = keep & torch.cat([torch.ones(n, M, 1, dtype=torch.bool), match[..., :-1]], -1).cumprod(-1).bool()
+    if preds is not None:
+        keep = keep & valid_labels(tok, preds, anc, B)
     weight = drafter.head_rows(head.weight)
     loss_rows = keep
     if cfg.draft_vocab:  # labels into draft ids; a label outside the draft vocabulary trains nothing, counts as a miss
@@ -525,12 +590,13 @@ class HeldoutEval:
 @torch.no_grad()
 def heldout_eval(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int], anchors: int, seed: int,
                  batch: int, *, rule: str = "all", compute_dtype: torch.dtype | None = None,
-                 shard: bool = False) -> HeldoutEval:
+                 shard: bool = False, relabel: bool = False) -> HeldoutEval:
     """Teacher-forced per-position accuracy, loss and accepted run of the drafter on trajectories `idx`, at fixed
     seeded anchors (the same anchors every call, so successive evaluations compare like with like).
 
     `data`: TeacherData, or plain sequences with their taps in `feats`. `shard`: each rank evaluates every
-    world-th trajectory and the sums are reduced, so all ranks get the whole result.
+    world-th trajectory and the sums are reduced, so all ranks get the whole result. `relabel`: seed anchors are
+    scored on the target's own predictions (`_preds`), as TrainConfig.seed_labels 'target' trains them.
     """
     if not isinstance(data, TeacherData):
         data = TeacherData([list(s) for s in data], [1] * len(data), list(feats))
@@ -545,7 +611,7 @@ def heldout_eval(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int
         anc = torch.stack([eval_anchors(data, i, anchors, cfg.block_size, rule, seed) for i in part])
         with matmul_autocast(compute_dtype, next(drafter.parameters()).device.type):
             loss, acc, run = block_loss(drafter, embed, head, tok, ft, anc, 4.0, compute_dtype=compute_dtype,
-                                        preds=_preds(data, part, tok), runs=True)
+                                        preds=_preds(data, part, tok, relabel), runs=True)
         sums[:-3] += acc.double().cpu() * len(part)
         sums[-3] += float(run) * len(part)
         sums[-2] += float(loss) * len(part)
@@ -559,10 +625,10 @@ def heldout_eval(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int
 
 def eval_accuracy(drafter: DFlashDrafter, embed, head, data, feats, idx: list[int], anchors: int, seed: int,
                   batch: int, *, rule: str = "all", compute_dtype: torch.dtype | None = None,
-                  shard: bool = False) -> tuple[list[float], float]:
+                  shard: bool = False, relabel: bool = False) -> tuple[list[float], float]:
     """`heldout_eval`'s (accuracy per position, loss)."""
     ev = heldout_eval(drafter, embed, head, data, feats, idx, anchors, seed, batch, rule=rule,
-                      compute_dtype=compute_dtype, shard=shard)
+                      compute_dtype=compute_dtype, shard=shard, relabel=relabel)
     return ev.accuracy, ev.loss
 
 
@@ -623,6 +689,9 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     data = teacher.select([i for i, s in enumerate(teacher.sequences) if len(s) > B + 2])
     if data.taps is None or data.tap_layers not in ((), tuple(dcfg.taps)):
         data.taps = trajectories_taps(rt, data.sequences, dcfg.taps, progress=progress)
+    relabel = tcfg.seed_labels == "target"
+    if relabel and data.prompt_preds is None:  # trajectories reused without the teacher pass: one prompt forward
+        data.prompt_preds = prompt_predictions(rt, data, progress=progress)
     matmul_dtype = rt.dtype
     if rt.dtype == torch.float32:
         matmul_dtype = resolve_matmul_dtype(tcfg.matmul_dtype, dcfg.vocab_size, str(rt.device))
@@ -686,7 +755,8 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
 
     def evaluate(step: int) -> None:
         ev = heldout_eval(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
-                          tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=matmul_dtype, shard=True)
+                          tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=matmul_dtype, shard=True,
+                          relabel=relabel)
         acc, vloss, score = ev.accuracy, ev.loss, ev.score(tcfg.select)
         st["curve"].append({"step": step, "heldout_mean_accuracy": ev.mean_accuracy, "heldout_loss": vloss,
                             "heldout_accepted": ev.accepted})
@@ -721,7 +791,7 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         if mine:
             sub = [idx[j] for j in mine]
             tok, ft = _batch(data, sub)
-            preds = _preds(data, sub, tok)
+            preds = _preds(data, sub, tok, relabel)
             anc_r = anc[mine]
             labels = tok.gather(1, (anc_r.unsqueeze(-1) + 1 + torch.arange(B)).view(len(sub), -1)).view(
                 len(sub), -1, B)
@@ -772,14 +842,22 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
     # Reported figures in float32 whatever the training matmuls used: the decode's argmax is float32.
     exact = rt.dtype
     final = (heldout_eval(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
-                          tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=exact, shard=True)
+                          tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=exact, shard=True, relabel=relabel)
              if val_ids else HeldoutEval(None, None, None))
     heldout_acc, heldout_loss = final.accuracy, final.loss
+    # the anchors a decode drafts from (the last seed token on: every label generated, so no relabelling applies)
+    decode = (heldout_eval(drafter, embed, head, data, None, val_ids, tcfg.anchors_per_sequence, tcfg.seed + 3,
+                           tcfg.batch_sequences, rule="continuation", compute_dtype=exact, shard=True)
+              if val_ids else HeldoutEval(None, None, None))
+    if val_ids:
+        log.info("held-out accuracy per position at %s anchors %s; at decode anchors %s (accepted run %.3f)",
+                 tcfg.anchors, " ".join(f"{a:.2f}" for a in heldout_acc),
+                 " ".join(f"{a:.2f}" for a in decode.accuracy), decode.accepted)
     # the train split evaluated exactly like the held-out one (same anchors rule, same count): the gap is overfit
     train_eval = sorted(random.Random(tcfg.seed + 4).sample(train_ids, min(len(train_ids), max(len(val_ids), 1))))
     train_acc, train_loss = eval_accuracy(drafter, embed, head, data, None, train_eval, tcfg.anchors_per_sequence,
                                           tcfg.seed + 3, tcfg.batch_sequences, rule=tcfg.anchors, compute_dtype=exact,
-                                          shard=True)
+                                          shard=True, relabel=relabel)
     metrics = {
         "train_config": train_config_dict(tcfg),
         "matmul_dtype": str(matmul_dtype).replace("torch.", ""),
@@ -802,6 +880,9 @@ def train_drafter(rt: TargetRuntime, seqs, dcfg: DrafterConfig, tcfg: TrainConfi
         "heldout_position_accuracy": heldout_acc,
         "heldout_loss": heldout_loss,
         "heldout_accepted": final.accepted,
+        "heldout_anchors": tcfg.anchors,  # the rule of the held-out figures above (labels: seed_labels)
+        "heldout_decode_position_accuracy": decode.accuracy,  # at the anchors a decode drafts from
+        "heldout_decode_accepted": decode.accepted,
         "heldout_selection_accuracy": best["acc"],  # the same evaluation in the training matmuls' dtype
         "best_step": best["step"] if best["state"] is not None else len(losses),
         "steps_run": len(losses),

@@ -374,15 +374,19 @@ def teacher_cache(rt: TargetRuntime, rows: int) -> Any:
 
 
 def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Sequence[int] = (),
-                  top_k: int = 0, padded: bool = False) -> tuple[list[list[int]], Any, Any]:
+                  top_k: int = 0, padded: bool = False,
+                  prompt_preds: bool = False) -> tuple[list[list[int]], Any, Any, Any]:
     """`batch_greedy`, plus what drafter training needs from the same forwards (no second pass over the data):
 
     * taps [n, plen + new_tokens - 1, n_taps * hidden]: the hidden-state taps of every row the target was fed
       (the prompt, then each generated token but the last, which no forward reads), as `batch_taps` gives them
       up to the cached forwards' summation order;
     * top-k (values, ids) [n, new_tokens, k] of the target's logits at rows plen-1 .. plen+new_tokens-2, i.e.
-      the distribution each generated token was the argmax of (float32 values).
-    Either is None when not asked for (`taps=()`, `top_k=0`).
+      the distribution each generated token was the argmax of (float32 values);
+    * with `prompt_preds`: the target's argmax at every prompt row but the last, [len(prompt i) - 1] per prompt
+      (its own prediction of prompt tokens 1..; the last row's argmax is the first generated token), from the
+      first forward, which computes those rows anyway (it keeps their logits instead of only the last row's).
+    Each is None when not asked for (`taps=()`, `top_k=0`, `prompt_preds=False`).
 
     `padded`: prompts of several lengths in one batch, left-padded with an attention mask and their own position
     ids (only for `pads_exactly` targets); the taps are then a list, row i [len(prompt i) + new_tokens - 1, ...].
@@ -401,7 +405,7 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
         raise BadInputError(f"batch_greedy needs non-empty prompts of one length, got lengths {sorted(set(lens))}: "
                             "bucket the prompts by length first (train.trajectories does)")
     if new_tokens <= 0:
-        return [[] for _ in prompts], None, None
+        return [[] for _ in prompts], None, None, None
     width = max(lens)
     pad = [width - n for n in lens]
     if padded:  # exactly the rows the loop feeds: the prompts, then new_tokens - 1 more
@@ -417,11 +421,17 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
         mask = torch.tensor([[0] * k + [1] * n for k, n in zip(pad, lens)], dtype=torch.long, device=rt.device)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
     cols, hid, top_v, top_i = [], [], [], []
+    preds = None
     with torch.inference_mode():
-        for _ in range(new_tokens):
+        for step in range(new_tokens):
             if padded:
                 kwargs.update(attention_mask=mask, position_ids=pos)
-            out = rt.model(input_ids=inp, **cache_kwargs(rt.model, cache), use_cache=True, logits_to_keep=1, **kwargs)
+            rows_too = prompt_preds and step == 0
+            out = rt.model(input_ids=inp, **cache_kwargs(rt.model, cache), use_cache=True,
+                           logits_to_keep=width if rows_too else 1, **kwargs)
+            if rows_too:  # the prompt rows' argmax (pad rows dropped; none for a 1-token prompt), then the last row
+                rows = out.logits[:, :-1].argmax(dim=-1).cpu()
+                preds = [rows[r, k:] for r, k in enumerate(pad)]
             last = out.logits[:, -1]
             if top_k:
                 v, i = torch.topk(last.float(), min(int(top_k), last.shape[-1]), dim=-1)
@@ -438,7 +448,7 @@ def batch_teacher(rt: TargetRuntime, prompts: Sequence[Sequence[int]], new_token
     if padded and hidden is not None:
         hidden = [hidden[r, k:] for r, k in enumerate(pad)]
     tops = (torch.stack(top_v, 1), torch.stack(top_i, 1)) if top_k else None
-    return torch.cat(cols, dim=1).tolist(), hidden, tops
+    return torch.cat(cols, dim=1).tolist(), hidden, tops, preds
 
 
 def trajectory_taps(rt: TargetRuntime, seq: Sequence[int], taps: Sequence[int]) -> Any:

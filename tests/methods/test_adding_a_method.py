@@ -45,7 +45,8 @@ def _follow_the_page(root: Path) -> str:
     text = reg.read_text(encoding="utf-8")
     text = text.replace("from . import (\n", f"from . import (\n    {name},\n", 1)
     last = re.findall(r"\n    \w+\.INFO\w*,  # \d+[^\n]*", text)[-1]
-    text = text.replace(last, last + f"\n    {name}.INFO,  # 15", 1)
+    index = len(re.findall(r"\n    \w+\.INFO\w*,  # \d+", text))  # the next index: one entry per existing method
+    text = text.replace(last, last + f"\n    {name}.INFO,  # {index}", 1)
     reg.write_text(text, encoding="utf-8")
     # tests: the options strategy entry, one line in METHOD_OPTIONS
     entry = _code_after(doc, "## Tests", "python").rstrip("\n")

@@ -143,12 +143,13 @@ def test_sharded_generation_merges_to_the_unsharded_data(rt64, padded):
 
 
 def test_saved_teacher_data_round_trips_and_is_keyed(rt64, tmp_path):
-    shard = generate_shard(rt64, PROMPTS, 4, TAPS, 2, batch=4)
+    shard = generate_shard(rt64, PROMPTS, 4, TAPS, 2, batch=4, prompt_preds=True)
     save_rows(tmp_path / "t.safetensors", shard, "key-a")
     back = load_rows(tmp_path / "t.safetensors", "key-a")
     assert sorted(back) == sorted(shard)
     for i in shard:
         assert back[i][0] == shard[i][0] and all(torch.equal(x, y) for x, y in zip(back[i][1:], shard[i][1:]))
+        assert back[i][4].numel() == len(PROMPTS[i]) - 1  # the prompt rows' predictions come back too
     assert load_rows(tmp_path / "t.safetensors", "key-b") is None  # written for other inputs: not reused
     (tmp_path / "bad.safetensors").write_bytes(b"not safetensors")
     assert load_rows(tmp_path / "bad.safetensors", "key-a") is None
@@ -178,3 +179,26 @@ def test_saved_length_bucketed_data_is_not_reused_for_a_padded_teacher(rt64, tmp
     monkeypatch.setattr(teacher, "generate_shard", generate)
     with pytest.raises(Generated):
         teacher_data(rt64, PROMPTS, 4, TAPS, 2, work=tmp_path, padded=True)
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "llama"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_prompt_rows_predictions_are_the_targets_argmax_from_the_first_forward(rt64, arch, padded):
+    """`prompt_preds`: the argmax at every prompt row but the last, as one forward over the prompt alone gives it
+    (float64), from the teacher's first forward (pad rows dropped), and what `train.prompt_predictions` computes for
+    data that did not record them; a key of its own, so data without them is not reused for it."""
+    from dflash_core.prepare.teacher import _key
+    from dflash_core.prepare.train import prompt_predictions
+
+    rt = rt64 if arch == "lfm2" else _tiny_llama64()
+    prompts = PROMPTS + [[40, 41, 42, 43, 44, 45, 46, 47, 48], [9]]
+    if padded and arch == "lfm2":
+        prompts = prompts[:-1]  # LFM2 pads exactly too; keep one run without a 1-token prompt
+    data = teacher_data(rt, prompts, 3, (0,), batch=len(prompts) if padded else 2, padded=padded, prompt_preds=True)
+    again = prompt_predictions(rt, TeacherData(data.sequences, data.prompt_lens))
+    for p, got, other in zip(prompts, data.prompt_preds, again):
+        with torch.no_grad():
+            want = rt.model(input_ids=torch.tensor([p])).logits[0, :-1].argmax(-1)
+        assert torch.equal(got, want) and torch.equal(other, want)
+    assert teacher_data(rt, prompts, 3, (0,), batch=2).prompt_preds is None  # not asked for: none recorded
+    assert _key(prompts, 3, (0,), 0) != _key(prompts, 3, (0,), 0, prompt_preds=True)

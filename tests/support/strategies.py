@@ -61,6 +61,7 @@ METHOD_OPTIONS: dict[str, dict[str, tuple]] = {
     "parareal_v12": {"correction_rounds": (0, 2, 4), "damping": (0.75, 1.0)},
     "minop_v13": {"temperature": (0.03, 2.0), "cutoff": (0.15, 50.0)},
     "simple_parareal_v14": {"switch_threshold": (0.0, 1e9), "max_corrections": (0, 1, 2)},
+    "suffix_dflash": {"min_match": (1, 2, 4, 9)},
 }
 
 
