@@ -177,7 +177,7 @@ class ReplaySession:
         hidden = self._taps(self.rows, len(block), taps)
         self.rows += len(block)
         self.forwards += 1
-        return StepOutput(ids=ids, hidden=hidden)
+        return StepOutput(ids=ids, hidden=hidden, block=list(block))
 
     def rollback(self, n_rejected: int) -> None:
         if n_rejected < 0:
