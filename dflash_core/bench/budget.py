@@ -33,8 +33,8 @@ def tokens_floor(widths) -> int:
     """The shortest decode the matrix may shrink to for these case widths (FULL_BLOCKS)."""
     return FULL_BLOCKS * (max(widths, default=0) + 1)
 # The slowest method's speculative token against dflash's: the slowest rows of the three-model table sat at 0.79
-# of dflash (jump_mobs, fused_jump; studies/2026-12-01-three-mini-targets/), so pricing every method's leg at dflash's cost x 1.3
-# keeps the projection an upper bound for them too.
+# of dflash (jump_mobs, fused_jump; studies/2026-12-01-three-mini-targets/), so pricing every method's leg at
+# dflash's cost x 1.3 keeps the projection an upper bound for them too.
 SLOWEST_METHOD_FACTOR = 1.3
 # A reference row's leg (transformers' generate, prompt lookup, assisted decoding with an early-exit assistant, the
 # oracle) against a greedy leg: assisted decoding with a truncated target runs the assistant and the target.

@@ -1,5 +1,6 @@
 """`prepare --device` (prepare/devices.py): the CPU recipe unchanged, a GPU asked for where there is none refused
-before any work. The CUDA leg (teacher and training on the GPU, recorded in the manifest) is in tests/runtime/test_gpu.py."""
+before any work. The CUDA leg (teacher and training on the GPU, recorded in the manifest) is in
+tests/runtime/test_gpu.py."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from dflash_core.runtime.target import TargetRuntime
 from dflash_core.testing import PATTERNS, TinySpec, build_tiny
 
 from ..support.helpers import check_invariants, check_method_property, check_path_exactness, reference
-from ..support.strategies import decode_cases, method_options, prompts
+from ..support.strategies import decode_cases
 
 VOCAB = TinySpec().vocab_size
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

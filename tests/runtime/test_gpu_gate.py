@@ -1,6 +1,6 @@
 """The GPU legs on a machine without CUDA: they skip cleanly, and DFLASH_REQUIRE_GPU=1 turns each into a failure
-(the gate in the root conftest). Runs a child pytest on two GPU items of tests/runtime/test_gpu.py; skipped where CUDA is
-present (there the items run for real)."""
+(the gate in the root conftest). Runs a child pytest on two GPU items of tests/runtime/test_gpu.py; skipped where
+CUDA is present (there the items run for real)."""
 
 from __future__ import annotations
 

@@ -169,8 +169,9 @@ def assert_topk_near(ids_a, vals_a, ids_b, vals_b, atol: float, why: str) -> Non
 
 
 def check_method_property(rt, prep, method: str, data) -> None:
-    """The one method property (tests/runtime/test_exactness.py on the CPU, tests/runtime/test_gpu.py on CUDA): `method` with drawn
-    options, prompt, budget and width decodes exactly greedy's ids (float64, strict), with sound stats."""
+    """The one method property (tests/runtime/test_exactness.py on the CPU, tests/runtime/test_gpu.py on CUDA):
+    `method` with drawn options, prompt, budget and width decodes exactly greedy's ids (float64, strict), with sound
+    stats."""
     B = prep.drafter.cfg.block_size
     prompt = data.draw(prompts(rt.vocab_size, max_len=32), label="prompt")
     budget = data.draw(st.integers(0, 32), label="budget")
