@@ -19,7 +19,7 @@ from dflash_core.prepare.teacher import (
 from dflash_core.runtime.target import TargetRuntime, batch_taps, batch_teacher
 from dflash_core.testing import TinySpec, build_tiny, build_tiny_llama
 
-from .helpers import assert_near, assert_topk_near
+from ..support.helpers import assert_near, assert_topk_near
 
 TAPS = (0, 2, 3)
 PROMPTS = [[5, 6, 7], [9, 8, 7], [3, 4], [11, 12, 13, 14], [7, 7], [20, 21, 22]]

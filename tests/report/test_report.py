@@ -733,7 +733,7 @@ def test_table_bars_order_and_chart_come_from_one_statistic():
     shrink down the table, and the chart draws each method's vs_baseline median."""
     import re
 
-    from .report_data import rich_saved
+    from ..support.report_data import rich_saved
 
     doc = build_report([rich_saved()], ["r"])
     page = render_report(doc)
@@ -827,7 +827,7 @@ def test_the_peer_row_stands_beside_the_labs_dflash_at_its_width_on_both_pages()
     call (vLLM's acceptance length), beside the lab's dflash at that same width, on report.html and index.html."""
     from dflash_core.report.html import render_index
 
-    from .report_data import rich_saved
+    from ..support.report_data import rich_saved
 
     s = rich_saved()
     s["benchmarks"].append({"name": "test_reference[dflash_transformers-cpu]", "fullname": "x", "stats": {},

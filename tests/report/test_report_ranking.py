@@ -261,7 +261,7 @@ def test_an_injected_impossible_round_is_flagged_shown_and_kept_out_of_the_group
     case's median and interval and of the rounds the ranking names groups with; the saved rows keep them."""
     from dflash_core.report.html import render_index, render_report
 
-    from .report_data import rich_saved
+    from ..support.report_data import rich_saved
 
     clean = build_report([rich_saved()], ["r"])
     s = rich_saved()
@@ -298,7 +298,7 @@ def test_the_answer_line_carries_the_number_the_width_the_target_and_the_noise()
     from dflash_core.report.headline import answer
     from dflash_core.report.html import render_index
 
-    from .report_data import rich_saved
+    from ..support.report_data import rich_saved
 
     s = rich_saved()
     s["dflash"]["target"].update(parameters=12_345_678, vocab_size=2048, model_type="lfm2", num_layers=6,
