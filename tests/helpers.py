@@ -144,3 +144,23 @@ def assert_topk_near(ids_a, vals_a, ids_b, vals_b, atol: float, why: str) -> Non
         tied[..., :-1] |= gaps
         tied[..., 1:] |= gaps
         assert bool(tied[differ].all()), f"top-k ids differ beyond a near-tie ({why})"
+
+
+def alarm(seconds: int):
+    """A context manager: fail (instead of hanging the suite) when the body blocks longer than `seconds`."""
+    import signal
+    from contextlib import contextmanager
+
+    @contextmanager
+    def armed():
+        def fire(signum, frame):
+            raise TimeoutError(f"blocked for {seconds}s")
+
+        old = signal.signal(signal.SIGALRM, fire)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+    return armed()

@@ -7,28 +7,12 @@ A test that would hang on the old code runs under an alarm, so it fails instead 
 from __future__ import annotations
 
 import os
-import signal
-from contextlib import contextmanager
 
 import pytest
 
 from dflash_core.errors import ArtifactError
 
-
-@contextmanager
-def alarm(seconds: int):
-    """Fail (instead of hanging the suite) when the body blocks longer than `seconds`."""
-    def fire(signum, frame):
-        raise TimeoutError(f"blocked for {seconds}s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
+from .helpers import alarm
 
 # --- the home's lock and the import journal ------------------------------------------------------------------
 
