@@ -6,6 +6,7 @@ mini target's metadata, then the model and tokenizer through `from_pretrained` w
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from .. import DEFAULT_HUB_TARGET
@@ -90,6 +91,22 @@ MAX_TARGET_PARAMETERS = 10_000_000_000
 CHECKPOINT_SUFFIXES = (".json", ".safetensors", ".model", ".txt", ".jinja", ".tiktoken")
 
 
+SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$")
+
+
+def check_shards(where: Path, index: Path, error, fix: str) -> None:
+    """Every shard a `*.index.json` names is a plain file name in the checkpoint folder and a regular file: a name
+    such as ../../x or /dev/zero sent the loader outside the folder (a FIFO hung `run`, /dev/zero took 10 GB)."""
+    doc = read_json(index, "checkpoint shard index", error, fix, max_bytes=64 << 20)
+    wmap = doc.get("weight_map") if isinstance(doc, dict) else None
+    if not isinstance(wmap, dict):
+        raise error(f"{index} has no weight_map object: {fix}")
+    for name in sorted({v if isinstance(v, str) else repr(v) for v in wmap.values()}):
+        if not SHARD_NAME.match(name) or name in (".", ".."):
+            raise error(f"{index} names the shard {name[:80]!r}, not a file name inside {where}: {fix}")
+        check_regular_file(where / name, "checkpoint shard", error, fix)
+
+
 def check_checkpoint(where: Path, error) -> dict:
     """What can be checked of a checkpoint directory without loading it: every file transformers may open is a
     regular file (a FIFO or a link to /dev/zero hangs the loader), config.json is bounded JSON, asks for no code
@@ -98,6 +115,8 @@ def check_checkpoint(where: Path, error) -> dict:
     for p in sorted(where.iterdir()):
         if p.name.endswith(CHECKPOINT_SUFFIXES):
             check_regular_file(p, "checkpoint file", error, fix)
+    for index in sorted(where.glob("*.index.json")):
+        check_shards(where, index, error, fix)
     cfg = read_json(where / "config.json", "checkpoint config", error, fix, max_bytes=16 << 20)
     if not isinstance(cfg, dict):
         raise error(f"{where / 'config.json'} is not a JSON object: {fix}")

@@ -12,8 +12,6 @@ import json
 import math
 import os
 import shutil
-import signal
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,8 @@ import pytest
 from dflash_core import __main__ as cli
 from dflash_core.errors import ArtifactError, BadInputError, DFlashError
 from dflash_core.testing import TinySpec, build_tiny, tiny_config
+
+from ..support.helpers import alarm
 
 
 def _one_error(capsys) -> str:
@@ -31,19 +31,6 @@ def _one_error(capsys) -> str:
     return lines[0]
 
 
-@contextmanager
-def alarm(seconds: int):
-    """Fail (instead of hanging the suite) when the body blocks longer than `seconds`."""
-    def fire(signum, frame):
-        raise TimeoutError(f"blocked for {seconds}s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture

@@ -6,29 +6,14 @@ A test that would hang on the old code runs under an alarm, so it fails instead 
 
 from __future__ import annotations
 
+import json
 import os
-import signal
-from contextlib import contextmanager
 
 import pytest
 
 from dflash_core.errors import ArtifactError
 
-
-@contextmanager
-def alarm(seconds: int):
-    """Fail (instead of hanging the suite) when the body blocks longer than `seconds`."""
-    def fire(signum, frame):
-        raise TimeoutError(f"blocked for {seconds}s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
+from ..support.helpers import alarm
 
 # --- the home's lock and the import journal ------------------------------------------------------------------
 
@@ -137,3 +122,21 @@ def test_stale_part_files_of_dead_writers_are_removed_and_a_live_ones_kept(tmp_p
     for p in (stale, live):
         p.write_text("half")
     assert remove_stale_parts(tmp_path) == [stale] and live.exists() and not stale.exists()
+
+
+# --- a checkpoint's shard index ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/dev/zero", "fifo.safetensors", "sub/x.safetensors"])
+def test_a_shard_index_naming_a_file_outside_the_folder_or_not_regular_is_refused(tmp_path, shard):
+    from dflash_core.runtime.checkpoint import check_checkpoint
+    from dflash_core.testing import TinySpec, tiny_config
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    tiny_config(TinySpec()).save_pretrained(ckpt)
+    (tmp_path / "outside.safetensors").write_bytes(b"x")
+    if shard == "fifo.safetensors":
+        os.mkfifo(ckpt / shard)
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a.weight": shard}}))
+    with alarm(20), pytest.raises(ArtifactError, match="shard"):
+        check_checkpoint(ckpt, ArtifactError)

@@ -185,3 +185,23 @@ def check_method_property(rt, prep, method: str, data) -> None:
     if method == "act" and stats.draft_calls:
         assert stats.meta["act_verified"] == stats.proposed
         assert stats.meta["act_verified"] + stats.meta["act_trimmed"] == stats.meta["act_margin_rows"]
+
+
+def alarm(seconds: int):
+    """A context manager: fail (instead of hanging the suite) when the body blocks longer than `seconds`."""
+    import signal
+    from contextlib import contextmanager
+
+    @contextmanager
+    def armed():
+        def fire(signum, frame):
+            raise TimeoutError(f"blocked for {seconds}s")
+
+        old = signal.signal(signal.SIGALRM, fire)
+        signal.alarm(seconds)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+    return armed()
