@@ -108,7 +108,9 @@ def target_description(doc: dict) -> str:
     name = str(t.get("name") or "an unnamed target")[:80]
     facts = []
     kind = str(t.get("model_type") or "")[:24].upper() or "model"
-    size = f"a {_size(t['parameters'])}-parameter {kind}" if _int(t.get("parameters")) and t["parameters"] > 0 else ""
+    n = _size(t["parameters"]) if _int(t.get("parameters")) and t["parameters"] > 0 else ""
+    article = "an" if n.startswith(("8", "11 ", "11.", "18 ", "18.")) else "a"  # "an 11.9 M-parameter", "an 8 M-"
+    size = f"{article} {n}-parameter {kind}" if n else ""
     if size and _int(t.get("num_layers")):
         size += f" ({t['num_layers']} layers)"
     if _int(t.get("vocab_size")):

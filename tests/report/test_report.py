@@ -843,3 +843,20 @@ def test_the_peer_row_stands_beside_the_labs_dflash_at_its_width_on_both_pages()
         peer, lab = table.split("<tr>")[2:4]
         assert "dflash_transformers (peer)</td><td>15</td><td>4.80</td><td>5.22</td>" in peer  # 188 / 36
         assert f"dflash (this lab)</td><td>15</td><td>{ours['tokens_per_target_call']:.2f}</td>" in lab
+
+
+def test_a_pooled_report_is_written_beside_the_single_runs_not_over_it(tmp_path):
+    """`report 0001 --out R` writes R/cpu/; `report 0001 0002 --out R` writes R/cpu/pooled-0001-0002/ and leaves the
+    single run's report as it was."""
+    a = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.05, rounds=[1.0, 1.1])])
+    b = _saved([_bench("normal", 0), _bench("dflash", 2, speedup=1.25, rounds=[1.2, 1.3])])
+    fa, fb = tmp_path / "0001_abc_20261207.json", tmp_path / "0002_abc_20261207.json"
+    fa.write_text(json.dumps(a))
+    fb.write_text(json.dumps(b))
+    out = tmp_path / "reports"
+    assert report_main([str(fa), "--out", str(out)]) == 0
+    single = (out / "cpu" / "benchmark.json").read_bytes()
+    assert report_main([str(fa), str(fb), "--out", str(out)]) == 0
+    assert (out / "cpu" / "benchmark.json").read_bytes() == single
+    pooled = json.loads((out / "cpu" / "pooled-0001-0002" / "benchmark.json").read_text())
+    assert len(pooled["runs"]) == 2 and (out / "cpu" / "pooled-0001-0002" / "index.html").is_file()
