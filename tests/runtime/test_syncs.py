@@ -23,7 +23,7 @@ DIETED = {"dflash": 1}  # transfers per target call beyond the prefill's
 # is the top-k tie check (`support.common.topk_tensors`); `.cpu()` / `.tolist()` the selectors' host copies.
 RAW_PER_ROUND = {"act": 0, "boltzmann": 1, "minop_v13": 1, "simple_parareal_v14": 1, "gated_mobs_v11": 2,
                  "mobs": 4, "bmobs": 4, "boltzmann_v10": 4, "dflash2": 5, "jump_mobs": 5, "fused_jump": 6,
-                 "parareal_v12": 7, "dspark_lite": 12}
+                 "parareal_v12": 7, "dspark_lite": 12, "suffix_dflash": 0}
 PROMPT = [1, 7, 9, 11, 13, 17, 19]
 
 
