@@ -157,12 +157,12 @@ def test_the_teacher_casts_the_linear_weights_once_for_the_same_numbers_and_give
     before = {n: p for n, p in rt.model.named_parameters()}
     prompts = [[5, 9, 17, 33, 2 + i] for i in range(6)]
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        want_ids, want_taps, _ = batch_teacher(rt, prompts, 12, (1, 3))
+        want_ids, want_taps, _, _ = batch_teacher(rt, prompts, 12, (1, 3))
     with teacher_autocast(rt, "bfloat16"):
         head = rt.model.get_output_embeddings()
         assert head.weight.dtype == torch.bfloat16
         assert rt.model.get_input_embeddings().weight.dtype == torch.float32
-        ids, taps, _ = batch_teacher(rt, prompts, 12, (1, 3))
+        ids, taps, _, _ = batch_teacher(rt, prompts, 12, (1, 3))
     assert ids == want_ids
     assert torch.equal(taps, want_taps)
     after = dict(rt.model.named_parameters())
