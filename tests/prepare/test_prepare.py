@@ -457,4 +457,6 @@ def test_prepare_resolves_the_selection_rule_for_the_targets_vocabulary(tmp_path
     assert seen["tcfg"].select == want
     recorded = replace(cfg, train=seen["tcfg"]).to_dict()["train"]
     assert recorded.get("select") == (None if want == "accuracy" else want)
-    assert cfg.to_dict()["train"] == {k: v for k, v in recorded.items() if k != "select"}
+    # seed_labels is resolved the same way: the target's own labels at a real vocabulary, the text below it
+    assert recorded.get("seed_labels") == ("target" if want == "loss" else None)
+    assert cfg.to_dict()["train"] == {k: v for k, v in recorded.items() if k not in ("select", "seed_labels")}
