@@ -82,7 +82,11 @@ def _check(xs: list, lo: float | None, hi: float | None, allow: float, key: str,
 def flag_impossible(methods: dict, bound: dict, references: dict, sigma: float | None, threshold: float) -> dict:
     """Mark every speculative row's impossible rounds (`row["impossible"]`: statistic -> indices), re-summarise the
     rows that lost a speedup round, and return the document's `impossible` record (count, rule, allowance, rounds)."""
-    allow = Z * max(sigma if _num(sigma) else 0.0, threshold if _num(threshold) else 0.0)
+    if not _num(sigma):  # no noise figure (a run without ranking rounds): what the noise allows is unknown, so no
+        # round can be told impossible rather than noisy (a loaded smoke run's one round sat above its curve's bound)
+        return {"count": 0, "rule": RULE, "allowance": None, "rounds": [],
+                "note": "not judged: the run has no noise figure"}
+    allow = Z * max(float(sigma), threshold if _num(threshold) else 0.0)
     dflash = (methods.get("dflash") or {}).get("rows") or {}
     found: list[dict] = []
     for mid, m in methods.items():
