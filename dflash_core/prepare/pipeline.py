@@ -24,7 +24,7 @@ from typing import Any
 
 from ..errors import ArtifactError, BadInputError
 from ..methods import FitContext, fit_files, fitters
-from ..options import MAX_THREADS, MAX_TRAIN_SEEDS, TEACHER_DTYPE_CHOICES, env_value
+from ..options import TEACHER_DTYPE_CHOICES, env_value, option
 from ..progress import ensure_console_logging
 from ..runtime.allocator import trim_free_memory
 from ..runtime.device import check_device_name, torch_threads
@@ -34,6 +34,7 @@ from ..runtime.precision import bf16_linear_weights, train_in_bf16
 from ..runtime.target import PADDED_MODEL_TYPES, load_target, pads_exactly
 from ..store.artifacts import (
     TARGET_MANIFEST,
+    check_inside_home,
     file_entry,
     home_lock,
     mini_target_dir,
@@ -56,8 +57,17 @@ from .minitarget import corpus_files as corpus_paths
 from .prepared import DRAFTER_FILE, Prepared, load_prepared, prepared_dir  # noqa: F401  (re-exported: callers import them here)
 from .reference import import_reference, is_reference_build, reference_bundle
 from .reuse import copy_artifacts, reusable_trajectories, same_as_own, teacher_key
-from .teacher import FORCED_BATCH, PADDED_BATCH, TeacherData, forced_data, teacher_data
-from .timebudget import plan_training, resolve_prepare_budget
+from .teacher import FORCED_BATCH, PADDED_BATCH, TeacherData, forced_data, save_teacher, teacher_data
+from .timebudget import (
+    PROBE_SEEDS,
+    check_budget_floor,
+    check_teacher_probe,
+    generation_allowance,
+    plan_training,
+    resolve_prepare_budget,
+    sized_generation,
+    teacher_plan_line,
+)
 from .train import (
     LARGE_VOCAB,
     TrainConfig,
@@ -237,20 +247,35 @@ def check_anchor_embed(v) -> None:
         raise BadInputError(f"anchor_embed must be true or false, got {str(v)[:40]!r}")
 
 
-def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: bool, batch: int | None = None):
+def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: bool, batch: int | None = None,
+                   seconds: float | None = None):
     """Teacher-forced passes over the training text's lines that no seed was cut from (held-out checked), up to
-    the token budget; (TeacherData or None, manifest record)."""
+    the token budget; (TeacherData or None, manifest record). `seconds`: the time the prepare budget leaves them
+    (None: no limit); the text is then run in chunks, the first timed, while that time lasts."""
     budget = forced_token_budget(cfg, rt.vocab_size)
     if not budget or rt.tokenizer is None:
         return None, {"tokens": 0}
+    if seconds is not None and seconds <= 0:
+        _log("teacher-forced text: none (the teacher spent the prepare budget's share for teacher data)")
+        return None, {"tokens": 0, "budget": budget, "why": "the teacher spent the prepare budget's generation share"}
     t0 = time.perf_counter()
     lines, rec = forced_lines(load_train_text(cfg.train_data, family), [rt.decode(list(s)) for s in seeds])
     chunks = forced_chunks(rt.tokenizer, lines, budget, cfg.forced_length)
     if not chunks:
         return None, {**rec, "tokens": 0}
     dtype = resolve_teacher_dtype(cfg, rt)
+    batch = batch or FORCED_BATCH
     with teacher_autocast(rt, dtype):
-        data = forced_data(rt, chunks, taps, batch=batch or FORCED_BATCH, progress=progress)
+        if seconds is None:
+            data = forced_data(rt, chunks, taps, batch=batch, progress=progress)
+        else:  # in text order, while the budget's share lasts (`timebudget.sized_generation`)
+            got = sized_generation(lambda idx: forced_data(rt, [chunks[i] for i in idx], taps, batch=batch),
+                                   len(chunks), seconds, first=batch, agree=dist.broadcast_object)
+            data = got.parts[0]
+            for part in got.parts[1:]:
+                data = data.extend(part)
+            chunks = chunks[:len(got.kept)]
+            rec["sized"] = got.record
     rec.update({"chunks": len(chunks), "tokens": sum(map(len, chunks)), "budget": budget, "dtype": dtype,
                 "seconds": time.perf_counter() - t0})
     _log(f"teacher-forced text: {rec['tokens']} tokens in {len(chunks)} chunks in {rec['seconds']:.1f}s")
@@ -339,6 +364,7 @@ def ensure_target(target: str, home, refresh: bool, progress: bool) -> None:
     if target != "mini":
         return
     d = mini_target_dir(home)
+    check_inside_home(d, home)  # the mini target is built or imported here
     # --rebuild-mini replaces the imported reference once; a target built here is kept (the flag stays idempotent)
     local = env_value("rebuild_mini") and env_value("mini_seed") is None
     if (d / "config.json").is_file() and not refresh and not (local and is_reference_build(d)):
@@ -397,9 +423,11 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
     """
     accept_recorded = cfg is None
     cfg = cfg or PrepareConfig()
+    # the Python API's knobs, checked by the option table's own rules (`options.Option.check`), as the CLI's are
+    threads, train_seeds = option("threads").check(threads), option("train_seeds").check(train_seeds)
+    train_budget = option("train_budget").check(train_budget)
+    prepare_budget = option("prepare_budget").check(prepare_budget)
     if threads is not None:
-        if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
-            raise BadInputError(f"--threads must be an integer in 1..{MAX_THREADS}, got {threads!r}")
         cfg = replace(cfg, threads=threads)
     # refused here, not after a teacher pass of minutes
     check_train_knobs(cfg.train)
@@ -410,9 +438,6 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         cfg = replace(cfg, train_data=str(train_data))
     pinned: tuple[str, ...] = ()  # knobs given on this run: compared even where the recorded config is accepted
     if train_seeds is not None:
-        if isinstance(train_seeds, bool) or not isinstance(train_seeds, int) or not 1 <= train_seeds <= MAX_TRAIN_SEEDS:
-            raise BadInputError(f"--train-seeds must be an integer in 1..{MAX_TRAIN_SEEDS}, "
-                                f"got {str(train_seeds)[:40]!r}")
         cfg, pinned = replace(cfg, corpus_seeds=train_seeds), ("corpus_seeds",)
     if device is not None:
         check_device_name(device)
@@ -426,17 +451,11 @@ def prepare(target: str = "mini", *, home=None, refresh: bool = False, progress:
         refuse_emulated_teacher(teacher_dtype, plan.device)
         cfg, pinned = replace(cfg, teacher_dtype=teacher_dtype), pinned + ("teacher_dtype",)
     if train_budget is not None:
-        if train_budget == "off":
-            budget = None
-        elif (isinstance(train_budget, bool) or not isinstance(train_budget, (int, float))
-              or not 0 < train_budget < float("inf")):
-            raise BadInputError(f"--train-budget must be a number of minutes > 0 or 'off', got {train_budget!r}")
-        else:
-            budget = float(train_budget)
-        cfg = replace(cfg, train=replace(cfg.train, budget_minutes=budget))
+        cfg = replace(cfg, train=replace(cfg.train, budget_minutes=None if train_budget == "off" else train_budget))
     if prepare_budget is not None:
         cfg = replace(cfg, budget_minutes=None if prepare_budget == "off" else prepare_budget)
-    resolve_prepare_budget(cfg.budget_minutes, LARGE_VOCAB)  # refused here when it is not a budget
+    if (asked := resolve_prepare_budget(cfg.budget_minutes, LARGE_VOCAB)) is not None:  # refused here when it is not
+        check_budget_floor(asked)  # a budget, or one no prepare fits in
     ensure_console_logging()
     dist.init_from_env(plan.device)
     with torch_threads(dist.threads_per_rank(cfg.threads)), home_lock(home, wait_message="another prepare is running"):
@@ -511,177 +530,358 @@ def adopt_own(doc: dict, own: Path, out: Path, ident: dict, drafter: str, source
     return out
 
 
+@dataclass
+class PrepareRun:
+    """One prepare run as its stages see it: each stage reads what the ones before it found and adds its part, so
+    `_prepare` reads as the list of stages and a new knob touches the stage that uses it."""
+
+    target: str
+    home: Any
+    cfg: PrepareConfig
+    plan: DevicePlan
+    progress: bool
+    accept_recorded: bool
+    pinned: tuple[str, ...]
+    drafter_source: str | None  # --drafter: a transformers-format drafter used instead of training one
+    t_start: float = field(default_factory=time.perf_counter)
+    rt: Any = None
+    ident: dict = field(default_factory=dict)
+    family: str = ""
+    imported: Any = None  # the --drafter's DFlashDrafter, loaded and checked against the target
+    source_sha: str | None = None
+    train_sha: str | None = None
+    out: Path | None = None  # the artifact directory this run fills
+    own: Path | None = None  # the target's own artifacts (trained drafter): what an import may reuse
+    work: Path | None = None
+    budget_minutes: float | None = None  # --prepare-budget resolved for this target (None: no budget)
+    seeds: list[list[int]] = field(default_factory=list)
+    taps: tuple[int, ...] = ()
+    teacher_dtype: str = "float32"
+    key: str = ""
+    train_record: dict = field(default_factory=dict)
+    teacher: TeacherData | None = None
+    teacher_seconds: float = 0.0
+    teacher_reused: bool = False
+    teacher_sizing: dict | None = None
+    held_record: dict = field(default_factory=dict)
+    forced: TeacherData | None = None
+    forced_record: dict = field(default_factory=lambda: {"tokens": 0})
+    budget_record: dict = field(default_factory=dict)
+    drafter: Any = None
+    metrics: dict = field(default_factory=dict)
+    files: dict = field(default_factory=dict)
+    fits: dict = field(default_factory=dict)
+    fit_seconds: float = 0.0
+    trajs: list[list[int]] = field(default_factory=list)
+
+    @property
+    def lead(self) -> bool:
+        return dist.rank() == 0
+
+    @property
+    def top_k(self) -> int:
+        return self.cfg.train.distill_top_k if self.imported is None else 0
+
+    @property
+    def prompt_lens(self) -> list[int]:
+        return [len(s) for s in self.seeds]
+
+
 def _prepare(target: str, *, home, refresh: bool, progress: bool, cfg: PrepareConfig, rt,
              accept_recorded: bool = False, drafter: str | None = None, pinned: tuple[str, ...] = (),
              plan: DevicePlan | None = None) -> Path:
-    import torch
+    """The stages of one prepare, in order; every rank of a torchrun group runs them (rank 0 alone writes)."""
+    run = PrepareRun(target, home, cfg, plan or plan_device("cpu"), progress, accept_recorded, pinned, drafter)
+    open_target(run, rt, refresh)
+    if already_built(run, refresh):
+        return run.out
+    plan_seeds(run)
+    generate_teacher(run, refresh)
+    force_text(run)
+    obtain_drafter(run)
+    # The fits read the trajectories' tokens only: drop the taps (and top-k) before they build their examples,
+    # so the two never share the peak (at 350M: 187,818 rows x 3 taps x 1,024 float32 = 2.3 GB, 2.6 with forced text).
+    run.teacher = run.forced = None
+    trim_free_memory()  # the taps' pages back to the system before the fits allocate theirs (runtime/allocator.py)
+    if not run.lead:  # rank 0 fits the methods and writes; the others wait for the artifacts to be complete
+        dist.barrier()
+        return run.out
+    write_drafter(run)
+    fit_methods(run)
+    write_run_manifest(run)
+    shutil.rmtree(run.work, ignore_errors=True)  # complete: nothing left to resume
+    dist.barrier()
+    _log(f"done in {time.perf_counter() - run.t_start:.1f}s -> {run.out}")
+    return run.out
 
-    plan = plan or plan_device("cpu")
 
-    t_start = time.perf_counter()
-    lead = dist.rank() == 0
+def open_target(run: PrepareRun, rt, refresh: bool) -> None:
+    """Load the target (building or importing the mini first), resolve the config's 'auto' knobs for it, load and
+    check an imported drafter, and find where the artifacts go: everything refused here is refused before any work."""
     if rt is None:
-        if lead:
-            ensure_target(target, home, refresh, progress)
+        if run.lead:
+            ensure_target(run.target, run.home, refresh, run.progress)
         dist.barrier()  # the other ranks load the mini target once rank 0 has built it
-        rt = load_target(target, plan.device, "float32", home=home)
-    ident = target_identity(rt)
+        rt = load_target(run.target, run.plan.device, "float32", home=run.home)
+    run.rt, run.ident = rt, target_identity(rt)
+    cfg = run.cfg
     # the selection rule resolved for this target before any config is compared or recorded: a real target's
     # manifest names it, the mini's records what it always did (train.LATE_TRAIN_KNOBS)
-    cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size),
-                                     seed_labels=resolve_seed_labels(cfg.train.seed_labels, rt.vocab_size)),
-                  teacher_dtype=resolve_auto_teacher(cfg.teacher_dtype, rt),  # the same for the teacher's dtype
-                  teacher_batching=resolve_teacher_batching(cfg.teacher_batching, rt))  # and its batches
-    imported, source_sha = None, None
-    if drafter:
-        source = resolve_drafter_source(drafter)
-        source_sha = drafter_digest(source)
-        imported = load_hf_drafter(source, rt, ident)  # refuses a drafter made for another target, before any work
-    out = prepared_dir(ident, home, source_sha)
-    own = prepared_dir(ident, home)  # the target's own artifacts (trained drafter): what an import may reuse
-    required = (DRAFTER_FILE, TRAJ_FILE, *fit_files())
-    family = family_for(rt, cfg)
-    train_sha = None
-    if cfg.train_data and rt.tokenizer is not None:
-        train_sha = load_train_text(cfg.train_data, family).sha256  # refused here, before any work, when unusable
-    done = None  # rank 0 decides what is already there (it alone reads the home under the lock); all ranks follow
-    if not refresh and lead:
-        if present_and_verified(out, ident, required, cfg, accept_recorded, source_sha, train_sha, pinned):
+    run.cfg = replace(cfg, train=replace(cfg.train, select=resolve_select(cfg.train.select, rt.vocab_size),
+                                         seed_labels=resolve_seed_labels(cfg.train.seed_labels, rt.vocab_size)),
+                      teacher_dtype=resolve_auto_teacher(cfg.teacher_dtype, rt),  # the same for the teacher's dtype
+                      teacher_batching=resolve_teacher_batching(cfg.teacher_batching, rt))  # and its batches
+    if run.drafter_source:
+        source = resolve_drafter_source(run.drafter_source)
+        run.source_sha = drafter_digest(source)
+        run.imported = load_hf_drafter(source, rt, run.ident)  # a drafter made for another target: refused here
+    run.out = prepared_dir(run.ident, run.home, run.source_sha)
+    run.own = prepared_dir(run.ident, run.home)
+    run.work = work_dir(run.out, run.cfg)
+    for folder in (run.out, run.work):  # every folder this run writes into, before anything is written
+        check_inside_home(folder, run.home)
+    run.family = family_for(rt, run.cfg)
+    if run.cfg.train_data and rt.tokenizer is not None:  # refused here, before any work, when unusable
+        run.train_sha = load_train_text(run.cfg.train_data, run.family).sha256
+    run.budget_minutes = None if run.imported is not None else resolve_prepare_budget(
+        run.cfg.budget_minutes, rt.vocab_size, train_budget_off=run.cfg.train.budget_minutes is None)
+
+
+def already_built(run: PrepareRun, refresh: bool) -> bool:
+    """Whether the artifacts are there already: present and verified, or (an imported drafter equal to the home's
+    own) adopted from the own ones. Rank 0 decides (it alone reads the home under the lock); all ranks follow."""
+    done = None
+    if not refresh and run.lead:
+        required = (DRAFTER_FILE, TRAJ_FILE, *fit_files())
+        if present_and_verified(run.out, run.ident, required, run.cfg, run.accept_recorded, run.source_sha,
+                                run.train_sha, run.pinned):
             done = "present"
-        elif imported is not None:
-            doc = same_as_own(imported, own, ident, required, log)
-            if doc is not None and not config_mismatch(doc, cfg, accept_recorded, pinned):
-                adopt_own(doc, own, out, ident, drafter, source_sha, t_start)
+        elif run.imported is not None:
+            doc = same_as_own(run.imported, run.own, run.ident, required, log)
+            if doc is not None and not config_mismatch(doc, run.cfg, run.accept_recorded, run.pinned):
+                adopt_own(doc, run.own, run.out, run.ident, run.drafter_source, run.source_sha, run.t_start)
                 done = "adopted"
     done = dist.broadcast_object(done)
     if done == "present":
-        _log(f"artifacts for {rt.name} are present and verified in {out}")
-    if done is not None:
-        return out
-    work = work_dir(out, cfg)
+        _log(f"artifacts for {run.rt.name} are present and verified in {run.out}")
+    return done is not None
+
+
+def plan_seeds(run: PrepareRun) -> None:
+    """The train seeds, the taps and the teacher's key (what a resumed or reused teacher set must match)."""
+    import torch
+
+    rt, cfg = run.rt, run.cfg
     torch.manual_seed(cfg.seed)
-    train_record: dict = {}
-    seeds = train_seed_ids(rt, cfg, family, train_record)
-    taps = default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers))
-    top_k = cfg.train.distill_top_k if imported is None else 0
-    world = dist.world_size()
-    teacher_dtype = resolve_teacher_dtype(cfg, rt)
-    padded = cfg.teacher_batching == "padded"  # resolved above
-    key = teacher_key(ident, RECIPE, cfg.traj_tokens, seeds, f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}"
-                      + ("" if teacher_dtype == "float32" else f"/teacher {teacher_dtype}")
-                      + ("/padded" if padded else "") + ("" if plan.on_cpu else f"/{plan.device}"))
-    # An imported drafter needs only the target's trajectories (no taps, no top-k): the target's own artifacts'
-    # are reused when they are exactly what this prepare would generate (same teacher key). Training our own
-    # drafter needs the taps and top-k captured in the generating forwards, so it always runs teacher_data
-    # (which resumes from the work folder after a kill).
+    run.seeds = train_seed_ids(rt, cfg, run.family, run.train_record)
+    run.taps = default_taps(rt.num_layers, min(cfg.n_taps, rt.num_layers))
+    run.teacher_dtype = resolve_teacher_dtype(cfg, rt)
+    padded = cfg.teacher_batching == "padded"  # resolved in open_target
+    run.key = teacher_key(run.ident, RECIPE, cfg.traj_tokens, run.seeds,
+                          f"{rt.dtype}/{getattr(rt, 'kernels', 'eager')}"
+                          + ("" if run.teacher_dtype == "float32" else f"/teacher {run.teacher_dtype}")
+                          + ("/padded" if padded else "") + ("" if run.plan.on_cpu else f"/{run.plan.device}"))
+
+
+def generate_teacher(run: PrepareRun, refresh: bool) -> None:
+    """The teacher trajectories: reused from the target's own artifacts where an imported drafter needs only them
+    and they are exactly what this run would generate (same teacher key); else generated, sized to the prepare
+    budget where there is one, and held-out checked. Training our own drafter needs the taps and top-k captured in
+    the generating forwards, so it always generates (resuming from the work folder after a kill)."""
+    rt, cfg = run.rt, run.cfg
     found = None
-    if imported is not None and not refresh:
-        found = reusable_trajectories(own, ident, key, recipe=RECIPE, seeds=seeds, traj_tokens=cfg.traj_tokens,
-                                      log=log)
+    if run.imported is not None and not refresh:
+        found = reusable_trajectories(run.own, run.ident, run.key, recipe=RECIPE, seeds=run.seeds,
+                                      traj_tokens=cfg.traj_tokens, log=log)
     if found is not None:
-        reused, seeds, held_record = found
-        teacher = TeacherData([list(x) for x in reused], [len(x) for x in seeds])
-        trajs = teacher.sequences
-        t_traj = 0.0
-        _log(f"teacher trajectories: reusing the {len(trajs)} in {own} (same target, recipe and seeds; teacher key "
-             f"{key[:12]})")
-    else:
-        _log(f"teacher trajectories: {len(seeds)} seeds x {cfg.traj_tokens} greedy tokens"
-             + (f", sharded over {world} ranks" if world > 1 else ""))
-        t0 = time.perf_counter()
-        with teacher_autocast(rt, teacher_dtype):
-            teacher = teacher_data(rt, seeds, cfg.traj_tokens, taps if imported is None else (), top_k, work=work,
-                                   progress=progress, dtype=teacher_dtype, padded=padded, batch=plan.teacher_batch,
-                                   prompt_preds=imported is None and cfg.train.seed_labels == "target")
-        trajs = teacher.sequences
-        t_traj = time.perf_counter() - t0
-        _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {t_traj:.1f}s")
-        kept, seeds, held_record = drop_leaking_trajectories(rt, trajs, seeds)
-        if len(kept) != len(trajs):
-            dropped = set(held_record.get("dropped_indexes", []))
-            teacher = teacher.select([i for i in range(len(trajs)) if i not in dropped])
-        trajs = teacher.sequences
-    forced, forced_record = (None, {"tokens": 0}) if imported is not None else \
-        forced_teacher(rt, cfg, family, seeds, taps, progress, plan.forced_batch)
-    budget_record = {"budget_minutes": None, "why": "an imported drafter: nothing is trained"}
-    if imported is not None:
-        dcfg, metrics = imported.cfg, {"imported": True, "source": str(drafter), "source_sha256": source_sha}
-        _log(f"using the transformers-format drafter {drafter} (block {dcfg.block_size}, taps {list(dcfg.taps)})")
-        drafter = imported
-    else:
-        dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=taps,
-                             block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
-                             intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
-                             mask_token_id=mask_token_for(rt.config),
-                             anchor_embed=cfg.anchor_embed)
-        sched = resolve_schedule(cfg.train, rt.vocab_size)
-        budget = f", budget {sched.budget_minutes:g} min" if sched.budget_minutes else ""
-        time_cap, budget_record = None, {"budget_minutes": resolve_prepare_budget(
-            cfg.budget_minutes, rt.vocab_size, train_budget_off=cfg.train.budget_minutes is None)}
-        if budget_record["budget_minutes"] is not None:  # rank 0 probes the fits' cost; every rank trains to its cap
-            if lead:  # the fits run on the CPU (`devices`), so their cost is probed there
-                with runtime_on(rt, plan.fits_device):
-                    time_cap, budget_record = plan_training(rt, dcfg, cfg.train, trajs, [len(s) for s in seeds],
-                                                            cfg, family, budget_record["budget_minutes"], t_start)
-            time_cap, budget_record = dist.broadcast_object((time_cap, budget_record))
-        if time_cap is not None and not (sched.budget_minutes and 60.0 * sched.budget_minutes <= time_cap):
-            budget += f", cut to {time_cap:.0f} s by the prepare budget"  # named only where the cap binds
-        _log(f"training the drafter ({sched.steps} steps{budget}, block {cfg.block_size}, taps {list(dcfg.taps)})")
-        drafter, metrics = train_drafter(rt, trajs, dcfg, cfg.train, progress=progress,
-                                         teacher=teacher if forced is None else teacher.extend(forced), work=work,
-                                         time_cap=time_cap)
-    # The fits read the trajectories' tokens only: drop the taps (and top-k) before they build their examples,
-    # so the two never share the peak (at 350M: 187,818 rows x 3 taps x 1,024 float32 = 2.3 GB, 2.6 with forced text).
-    teacher = forced = None
-    trim_free_memory()  # the taps' pages back to the system before the fits allocate theirs (runtime/allocator.py)
-    if not lead:  # rank 0 fits the methods and writes; the others wait for the artifacts to be complete
-        dist.barrier()
-        return out
-    files: dict[str, dict] = {}
-    dcfg = drafter.cfg  # training may have set its draft vocabulary
+        reused, run.seeds, run.held_record = found
+        run.teacher = TeacherData([list(x) for x in reused], [len(x) for x in run.seeds])
+        run.trajs, run.teacher_reused = run.teacher.sequences, True
+        _log(f"teacher trajectories: reusing the {len(run.trajs)} in {run.own} (same target, recipe and seeds; "
+             f"teacher key {run.key[:12]})")
+        return
+    world = dist.world_size()
+    _log(f"teacher trajectories: {len(run.seeds)} seeds x {cfg.traj_tokens} greedy tokens"
+         + (f", sharded over {world} ranks" if world > 1 else ""))
+    t0 = time.perf_counter()
+    with teacher_autocast(rt, run.teacher_dtype):
+        run.teacher = (sized_teacher(run) if run.budget_minutes is not None and "corpus_seeds" not in run.pinned
+                       else _teacher(run, run.seeds))
+    run.teacher_seconds = time.perf_counter() - t0
+    trajs = run.teacher.sequences
+    _log(f"teacher trajectories: {len(trajs) * cfg.traj_tokens} tokens in {run.teacher_seconds:.1f}s")
+    kept, run.seeds, run.held_record = drop_leaking_trajectories(rt, trajs, run.seeds)
+    if len(kept) != len(trajs):
+        dropped = set(run.held_record.get("dropped_indexes", []))
+        run.teacher = run.teacher.select([i for i in range(len(trajs)) if i not in dropped])
+    run.trajs = run.teacher.sequences
+
+
+def _teacher(run: PrepareRun, seeds: list[list[int]], work: bool = True) -> TeacherData:
+    cfg = run.cfg
+    return teacher_data(run.rt, seeds, cfg.traj_tokens, run.taps if run.imported is None else (), run.top_k,
+                        work=run.work if work else None, progress=run.progress, dtype=run.teacher_dtype,
+                        padded=cfg.teacher_batching == "padded", batch=run.plan.teacher_batch,
+                        prompt_preds=run.imported is None and cfg.train.seed_labels == "target")
+
+
+def sized_teacher(run: PrepareRun) -> TeacherData:
+    """The teacher under a prepare budget: a probe chunk of seeds first (timed; the plan logged from it; a budget
+    that cannot afford the minimum set refused), then chunks of a seeded random order of the rest while the
+    generation share of the budget lasts (`timebudget.sized_generation`). The kept seeds are recorded in the work
+    folder, so a resumed run reloads the same set."""
+    seeds = run.seeds
+    marker = run.work / "teacher-plan.json"
+    digest = hashlib.sha256(json.dumps([run.key, len(seeds)]).encode()).hexdigest()
+    planned = _read_plan(marker, digest, len(seeds))
+    if planned is not None:  # a resumed run: the same seeds as the killed one, reloaded from its work folder
+        run.seeds = [seeds[i] for i in planned["kept"]]
+        run.teacher_sizing = planned["record"]
+        return _teacher(run, run.seeds)
+    allowance = generation_allowance(run.budget_minutes)
+    order = list(range(len(seeds)))
+    random.Random(run.cfg.seed).shuffle(order)
+
+    def on_probe(rate: float) -> None:
+        check_teacher_probe(run.budget_minutes, time.perf_counter() - run.t_start, rate, len(seeds))
+        _log(teacher_plan_line(run.budget_minutes, len(seeds), rate, allowance, run.cfg.traj_tokens,
+                               forced_token_budget(run.cfg, run.rt.vocab_size) if run.rt.tokenizer else 0))
+
+    got = sized_generation(lambda idx: _teacher(run, [seeds[i] for i in idx], work=False), len(seeds), allowance,
+                           first=PROBE_SEEDS, order=order, agree=dist.broadcast_object, on_probe=on_probe)
+    data = got.parts[0]
+    for part in got.parts[1:]:
+        data = data.extend(part)
+    by_index = sorted(range(len(got.kept)), key=lambda j: got.kept[j])  # back to the seeds' own order
+    data = data.select(by_index)
+    kept = sorted(got.kept)
+    run.seeds, run.teacher_sizing = [seeds[i] for i in kept], got.record
+    if len(kept) < len(seeds):
+        log.info("teacher sized to the prepare budget: %d of %d seeds in %.0f s (allowance %.0f s)", len(kept),
+                 len(seeds), got.record["seconds"], allowance)
+    if run.lead:  # what a resumed run reloads: the kept seeds' data under their own key, and which seeds they were
+        save_teacher(run.work, data, run.seeds, run.cfg.traj_tokens, run.taps if run.imported is None else (),
+                     run.top_k, run.teacher_dtype, run.cfg.teacher_batching == "padded",
+                     run.imported is None and run.cfg.train.seed_labels == "target")
+        write_json_atomic(marker, {"digest": digest, "kept": kept, "record": got.record})
+    dist.barrier()
+    return data
+
+
+def _read_plan(path: Path, digest: str, n: int) -> dict | None:
+    """A killed run's teacher plan from its work folder, when it is this run's (same key and seed count)."""
+    try:
+        doc = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("digest") != digest or not isinstance(doc.get("record"), dict):
+        return None
+    kept = doc.get("kept")
+    if not isinstance(kept, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < n
+                                             for i in kept) or kept != sorted(set(kept)) or not kept:
+        return None
+    return doc
+
+
+def force_text(run: PrepareRun) -> None:
+    """Teacher-forced passes over the training text (a drafter we train only), in what the teacher left of the
+    generation share where there is a prepare budget."""
+    if run.imported is not None:
+        return
+    seconds = None
+    if run.budget_minutes is not None and run.teacher_sizing is not None:
+        seconds = max(0.0, generation_allowance(run.budget_minutes) - run.teacher_seconds)
+    run.forced, run.forced_record = forced_teacher(run.rt, run.cfg, run.family, run.seeds, run.taps, run.progress,
+                                                   run.plan.forced_batch, seconds=seconds)
+
+
+def obtain_drafter(run: PrepareRun) -> None:
+    """The imported drafter as it is, or a drafter trained on the teacher data, its time capped by the prepare
+    budget (the fits' cost probed first, `timebudget.plan_training`)."""
+    rt, cfg = run.rt, run.cfg
+    if run.imported is not None:
+        run.budget_record = {"budget_minutes": None, "why": "an imported drafter: nothing is trained"}
+        run.drafter = run.imported
+        run.metrics = {"imported": True, "source": str(run.drafter_source), "source_sha256": run.source_sha}
+        _log(f"using the transformers-format drafter {run.drafter_source} (block {run.drafter.cfg.block_size}, "
+             f"taps {list(run.drafter.cfg.taps)})")
+        return
+    dcfg = DrafterConfig(hidden_size=rt.hidden_size, vocab_size=rt.vocab_size, taps=run.taps,
+                         block_size=cfg.block_size, num_layers=cfg.drafter_layers, num_heads=cfg.drafter_heads,
+                         intermediate_size=cfg.drafter_intermediate or 2 * rt.hidden_size,
+                         mask_token_id=mask_token_for(rt.config), anchor_embed=cfg.anchor_embed)
+    sched = resolve_schedule(cfg.train, rt.vocab_size)
+    budget = f", budget {sched.budget_minutes:g} min" if sched.budget_minutes else ""
+    time_cap, run.budget_record = None, {"budget_minutes": run.budget_minutes}
+    if run.budget_minutes is not None:  # rank 0 probes the fits' cost; every rank trains to its cap
+        if run.lead:  # the fits run on the CPU (`devices`), so their cost is probed there
+            with runtime_on(rt, run.plan.fits_device):
+                time_cap, run.budget_record = plan_training(rt, dcfg, cfg.train, run.trajs, run.prompt_lens, cfg,
+                                                            run.family, run.budget_minutes, run.t_start)
+        time_cap, run.budget_record = dist.broadcast_object((time_cap, run.budget_record))
+        if run.teacher_sizing is not None:
+            run.budget_record["teacher"] = run.teacher_sizing
+    if time_cap is not None and not (sched.budget_minutes and 60.0 * sched.budget_minutes <= time_cap):
+        budget += f", cut to {time_cap:.0f} s by the prepare budget"  # named only where the cap binds
+    _log(f"training the drafter ({sched.steps} steps{budget}, block {cfg.block_size}, taps {list(dcfg.taps)})")
+    data = run.teacher if run.forced is None else run.teacher.extend(run.forced)
+    run.drafter, run.metrics = train_drafter(rt, run.trajs, dcfg, cfg.train, progress=run.progress, teacher=data,
+                                             work=run.work, time_cap=time_cap)
+
+
+def write_drafter(run: PrepareRun) -> None:
+    """The drafter's weights (float32 on the CPU, whatever device trained it) and the trajectories the fits read."""
+    dcfg = run.drafter.cfg  # training may have set its draft vocabulary
     sd = {k: (v.detach().float() if v.is_floating_point() else v.detach()).cpu().contiguous()
-          for k, v in drafter.state_dict().items()}
-    write_atomic(out / DRAFTER_FILE, tensor_bytes({"config": dcfg.to_dict(), "state_dict": sd}))
-    files[DRAFTER_FILE] = file_entry(out / DRAFTER_FILE)
-    write_json_atomic(out / TRAJ_FILE, {"family": family, "prompt_lens": [len(s) for s in seeds],
-                                        "sequences": trajs})
-    files[TRAJ_FILE] = file_entry(out / TRAJ_FILE)
-    fits: dict[str, Any] = {}
+          for k, v in run.drafter.state_dict().items()}
+    write_atomic(run.out / DRAFTER_FILE, tensor_bytes({"config": dcfg.to_dict(), "state_dict": sd}))
+    run.files[DRAFTER_FILE] = file_entry(run.out / DRAFTER_FILE)
+    write_json_atomic(run.out / TRAJ_FILE, {"family": run.family, "prompt_lens": run.prompt_lens,
+                                            "sequences": run.trajs})
+    run.files[TRAJ_FILE] = file_entry(run.out / TRAJ_FILE)
+
+
+def fit_methods(run: PrepareRun) -> None:
+    """Every registered fitter on the drafter, on the CPU whatever device trained (`devices`), its files written."""
     t_fit = time.perf_counter()
-    with runtime_on(rt, plan.fits_device):  # the fits run on the CPU whatever device trained (`devices`)
-        ctx = FitContext(rt, drafter.to(plan.fits_device), trajs, [len(s) for s in seeds], cfg, family, progress)
+    fits_device = run.plan.fits_device
+    with runtime_on(run.rt, fits_device):
+        ctx = FitContext(run.rt, run.drafter.to(fits_device), run.trajs, run.prompt_lens, run.cfg, run.family,
+                         run.progress)
         for fitter in fitters():
             _log(f"fitting {fitter.name}")
             res = fitter(ctx)
             for fname, data in res.get("files", {}).items():
-                write_atomic(out / fname, data)
-                files[fname] = file_entry(out / fname)
-            fits[fitter.name] = res.get("meta", {})
+                write_atomic(run.out / fname, data)
+                run.files[fname] = file_entry(run.out / fname)
+            run.fits[fitter.name] = res.get("meta", {})
             trim_free_memory()
+    run.fit_seconds = time.perf_counter() - t_fit
+
+
+def write_run_manifest(run: PrepareRun) -> None:
+    """The manifest: every file's SHA-256 and size, and how they were built (config, seeds, teacher, budget)."""
+    cfg, padded = run.cfg, run.cfg.teacher_batching == "padded"
     extra = {
         "recipe": RECIPE,
         "prepare_config": cfg.to_dict(),
-        "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": family, "train_seed_count": len(seeds)},
-        "train_data": train_record,
-        "drafter": {"config": dcfg.to_dict(), "parameters": parameter_count(drafter),
-                    **metrics},
-        "teacher": {"sequences": len(trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": t_traj,
-                    "tokens": len(trajs) * cfg.traj_tokens,
+        "seeds": {"torch": cfg.seed, "train": cfg.train.seed, "family": run.family, "train_seed_count": len(run.seeds)},
+        "train_data": run.train_record,
+        "drafter": {"config": run.drafter.cfg.to_dict(), "parameters": parameter_count(run.drafter), **run.metrics},
+        "teacher": {"sequences": len(run.trajs), "tokens_per_seed": cfg.traj_tokens, "seconds": run.teacher_seconds,
+                    "tokens": len(run.trajs) * cfg.traj_tokens,
                     "batched": (f"mixed lengths left-padded, up to {PADDED_BATCH} a batch" if padded
-                                else "by prompt length, no padding"), "key": key,
-                    "ranks": world, "taps_and_top_k": "captured in the generating forwards", "top_k": top_k,
-                    "dtype": teacher_dtype, **({"reused_from": str(own)} if found is not None else {})},
-        "forced_text": forced_record,
-        "fits": fits,
-        "fit_seconds": time.perf_counter() - t_fit,
-        "prepare_budget": budget_record,
-        "held_out": held_record,
-        "prepare_seconds": time.perf_counter() - t_start,
+                                else "by prompt length, no padding"), "key": run.key,
+                    "ranks": dist.world_size(), "taps_and_top_k": "captured in the generating forwards",
+                    "top_k": run.top_k, "dtype": run.teacher_dtype,
+                    **({"reused_from": str(run.own)} if run.teacher_reused else {})},
+        "forced_text": run.forced_record,
+        "fits": run.fits,
+        "fit_seconds": run.fit_seconds,
+        "prepare_budget": run.budget_record,
+        "held_out": run.held_record,
+        "prepare_seconds": time.perf_counter() - run.t_start,
     }
-    if not plan.on_cpu:  # a CPU manifest stays what it was: no device record means the CPU recipe
-        extra["device"] = {**plan.record(), "numerics": numerics_record(plan.device)}
-    write_manifest(out, ident, files, extra)
-    shutil.rmtree(work, ignore_errors=True)  # complete: nothing left to resume
-    dist.barrier()
-    _log(f"done in {time.perf_counter() - t_start:.1f}s -> {out}")
-    return out
+    if not run.plan.on_cpu:  # a CPU manifest stays what it was: no device record means the CPU recipe
+        extra["device"] = {**run.plan.record(), "numerics": numerics_record(run.plan.device)}
+    write_manifest(run.out, run.ident, run.files, extra)

@@ -205,6 +205,13 @@ def teacher_data(rt, prompts: Sequence[Sequence[int]], new_tokens: int, taps: Se
     return data
 
 
+def save_teacher(work: Path, data: TeacherData, prompts, new_tokens: int, taps, top_k: int, dtype: str = "float32",
+                 padded: bool = False, prompt_preds: bool = False) -> None:
+    """Keep `data` in `work` as `teacher_data` would have for these inputs, so a resumed run reloads it there (data
+    put together from several calls: the prepare budget's chunks)."""
+    save_rows(work / TEACHER_FILE, rows_of(data), _key(prompts, new_tokens, taps, top_k, dtype, padded, prompt_preds))
+
+
 def rows_of(data: TeacherData) -> dict:
     cols = (data.taps, data.top_logits, data.top_ids, data.prompt_preds)
     return {i: (data.sequences[i], *(None if c is None else c[i] for c in cols)) for i in range(len(data))}

@@ -14,6 +14,7 @@ sets read different trajectories at different anchor strides (`methods/support/f
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -155,3 +156,105 @@ def plan_training(rt, dcfg, tcfg, trajectories: list[list[int]], prompt_lens: li
                     "training gets its floor of %.0f s and the budget will be exceeded (raise --prepare-budget)",
                     budget_minutes, rec["elapsed_before_training"], proj.seconds, cap)
     return cap, rec
+
+
+# The teacher's greedy trajectories and the teacher-forced text together get at most this share of the prepare
+# budget: training and the fits (what the budget buys) keep the rest. A 12-minute budget on a 262k-vocabulary
+# target started a teacher projected at ~57 minutes when the budget sized training alone (issue 70).
+GENERATION_SHARE = 0.4
+PROBE_SEEDS = 32  # the first chunk of the sized teacher: timed, kept, and the rate the plan is logged from
+MIN_CHUNK = 16  # a later chunk smaller than this is not started: the allowance is spent
+MIN_SEEDS = 32  # below this the teacher set is too small to train on; a budget that cannot afford it is refused
+
+
+@dataclass(frozen=True)
+class Sized:
+    """What `sized_generation` ran: the items kept (indexes into the given list, in the order run), the parts
+    `generate` returned for them (one per chunk, in the same order) and the record for the manifest."""
+
+    kept: list[int]
+    parts: list
+    record: dict
+
+
+def sized_generation(generate: Callable[[list[int]], object], n: int, allowance: float, *, first: int,
+                     order: Sequence[int] | None = None, clock: Callable[[], float] = time.perf_counter,
+                     agree: Callable[[float], float] = lambda x: x, on_probe: Callable[[float], None] | None = None,
+                     min_chunk: int = MIN_CHUNK) -> Sized:
+    """Run `generate` over chunks of the `n` items (in `order`) until they are done or `allowance` seconds are
+    spent: the first chunk (`first` items) is the probe, and each later chunk is as large as the latest chunk's
+    seconds per item say fits in what is left. Every chunk's output is kept, so the probe costs nothing extra.
+
+    A larger chunk runs larger batches, which cost less per item (the padded teacher: 104 tokens/s at 32 rows, 183 at
+    128), so a projection from a smaller chunk errs long and the run ends inside its allowance; the next chunk then
+    uses what that left. `agree` makes every rank of a torchrun group take rank 0's rate (the chunks must be the same
+    on every rank); `on_probe(seconds per item)` sees the probe's rate before any other chunk starts (the plan's log
+    line, the refusal of a budget that cannot hold). `clock` is injectable so a test gives chunks known costs."""
+    order = list(range(n)) if order is None else list(order)
+    kept: list[int] = []
+    parts: list = []
+    chunks: list[list] = []
+    spent, size = 0.0, min(n, max(1, first))
+    while size > 0:
+        idx = order[len(kept):len(kept) + size]
+        t0 = clock()
+        parts.append(generate(idx))
+        dt = clock() - t0
+        spent += dt
+        kept += idx
+        chunks.append([len(idx), round(dt, 3)])
+        rate = agree(dt / len(idx))
+        if on_probe is not None and len(chunks) == 1:
+            on_probe(rate)
+        left = n - len(kept)
+        fits = int(max(0.0, allowance - spent) / rate) if rate > 0 else left
+        size = min(left, fits)
+        if size < min(min_chunk, left):
+            break
+    record = {"given": n, "kept": len(kept), "allowance_seconds": round(allowance, 1), "seconds": round(spent, 1),
+              "chunks": chunks}
+    return Sized(kept, parts, record)
+
+
+def generation_allowance(budget_minutes: float) -> float:
+    """Seconds the teacher's trajectories and the teacher-forced text may take together."""
+    return GENERATION_SHARE * 60.0 * budget_minutes
+
+
+def check_budget_floor(budget_minutes: float) -> None:
+    """A budget below what any prepare needs (training's floor and the safety share) is refused before any work."""
+    floor = (MIN_TRAIN_SECONDS / 60.0) / (1.0 - SAFETY_SHARE - GENERATION_SHARE)
+    if budget_minutes < floor:
+        raise BadInputError(f"--prepare-budget {budget_minutes:g} cannot hold: drafter training alone takes at least "
+                            f"{MIN_TRAIN_SECONDS / 60:g} min and gets {1 - SAFETY_SHARE - GENERATION_SHARE:.0%} of "
+                            f"the budget: give --prepare-budget {math.ceil(10 * floor) / 10:g} or more, or 'off'")
+
+
+def check_teacher_probe(budget_minutes: float, elapsed: float, seconds_per_seed: float, seeds: int) -> None:
+    """After the probe: the teacher's minimum set (MIN_SEEDS, or every seed where there are fewer) plus training's
+    floor and the safety share must fit the budget, else the run stops here with what to give instead."""
+    need_seeds = min(MIN_SEEDS, seeds)
+    total = 60.0 * budget_minutes
+    need = elapsed + need_seeds * seconds_per_seed + MIN_TRAIN_SECONDS + SAFETY_SHARE * total
+    if need > total:
+        raise BadInputError(
+            f"--prepare-budget {budget_minutes:g} cannot hold on this machine: the teacher makes a trajectory in "
+            f"{seconds_per_seed:.2f} s, so its minimum of {need_seeds} trajectories, training's floor of "
+            f"{MIN_TRAIN_SECONDS:.0f} s and the safety share need {need / 60:.1f} min: give --prepare-budget "
+            f"{math.ceil(1.25 * need / 60)} or more, or 'off'")
+
+
+def teacher_plan_line(budget_minutes: float, seeds: int, seconds_per_seed: float, allowance: float,
+                      tokens: int, forced_budget: int) -> str:
+    """The plan, logged after the probe and before anything else runs."""
+    kept = min(seeds, int(allowance / seconds_per_seed)) if seconds_per_seed > 0 else seeds
+    teacher_s = kept * seconds_per_seed
+    train_s = max(MIN_TRAIN_SECONDS, 60.0 * budget_minutes * (1.0 - SAFETY_SHARE) - allowance)
+    left = max(0.0, allowance - teacher_s)
+    forced = f", then teacher-forced text up to {forced_budget} tokens in the {left:.0f} s the teacher leaves" \
+        if forced_budget else ""
+    return (f"prepare plan (budget {budget_minutes:g} min, {GENERATION_SHARE:.0%} for teacher data): teacher "
+            f"~{kept} of {seeds} seeds x {tokens} tokens at {seconds_per_seed:.2f} s each (~{teacher_s:.0f} s; "
+            f"a probe of the first seeds, whose small batches err long){forced}; training and the fits share the "
+            f"other ~{train_s:.0f} s (the fits are projected once the teacher is done); total <= "
+            f"{budget_minutes:g} min")

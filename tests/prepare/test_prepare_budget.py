@@ -201,3 +201,144 @@ def test_at_a_real_vocabulary_auto_probes_unless_the_training_budget_is_off(tmp_
     with pytest.raises(Trained):
         P.prepare("tiny", home=tmp_path / "home", cfg=cfg, rt=rt, progress=False)
     assert seen == ({"planned": 1, "cap": 150.0} if probed else {"planned": 0, "cap": None})
+
+
+class _Clock:
+    """An injected clock: chunks advance it by the cost the test's timing model gives them."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _model(clock: _Clock, cost_per_item):
+    """`generate` under a known timing model: a chunk of n items costs n * cost_per_item(n) seconds."""
+    def generate(idx):
+        clock.t += len(idx) * cost_per_item(len(idx))
+        return list(idx)
+    return generate
+
+
+@pytest.mark.parametrize("n, allowance", [(1000, 200.0), (1000, 33.0), (5000, 1000.0), (400, 10_000.0)])
+def test_sized_generation_ends_inside_its_allowance_where_larger_chunks_cost_no_more(n, allowance):
+    """The padded teacher's cost per seed falls with its batch (104 tokens/s at 32 rows, 183 at 128): projecting
+    each chunk from the one before errs long, so the run never passes its allowance, and it keeps going while the
+    allowance lasts (no chunk of MIN_CHUNK would still fit at the latest rate)."""
+    clock = _Clock()
+    cost = lambda k: 1.0 if k <= 32 else 0.5  # noqa: E731
+    got = tb.sized_generation(_model(clock, cost), n, allowance, first=32, clock=clock)
+    assert [i for part in got.parts for i in part] == got.kept == list(range(len(got.kept)))
+    assert got.record["seconds"] == pytest.approx(clock.t) and clock.t <= allowance + 32 * 1.0  # the probe always runs
+    if len(got.kept) < n:
+        assert clock.t <= max(allowance, 32.0)
+        assert allowance - clock.t < tb.MIN_CHUNK * 1.0  # nothing worth starting was left
+    else:
+        assert n * 0.5 <= clock.t <= allowance
+    assert got.record["kept"] == len(got.kept) and got.record["given"] == n
+    assert [c[0] for c in got.record["chunks"]][0] == 32
+
+
+def test_sized_generation_takes_the_items_in_the_given_order_and_rank_zeros_rate():
+    clock = _Clock()
+    order = list(range(99, -1, -1))
+    seen = []
+    got = tb.sized_generation(_model(clock, lambda k: 1.0), 100, 50.0, first=10, order=order, clock=clock,
+                              agree=lambda rate: seen.append(rate) or 2.0)  # rank 0 was twice as slow
+    assert got.kept == order[:len(got.kept)]
+    assert seen[0] == 1.0
+    # at rank 0's 2 s an item the 40 s left after the probe buy 20 items; the 20 s left then buy 10, fewer than
+    # MIN_CHUNK: the run stops there (this rank's own rate, 1 s, would have taken 20 more)
+    assert [c[0] for c in got.record["chunks"]] == [10, 20] and tb.MIN_CHUNK > 10
+
+
+def test_the_probe_rate_is_seen_before_any_other_chunk_and_can_stop_the_run():
+    clock = _Clock()
+    calls = []
+
+    def generate(idx):
+        calls.append(len(idx))
+        clock.t += 5.0 * len(idx)
+        return idx
+
+    def refuse(rate):
+        assert calls == [8] and rate == 5.0
+        raise BadInputError("too slow")
+
+    with pytest.raises(BadInputError, match="too slow"):
+        tb.sized_generation(generate, 100, 1e6, first=8, clock=clock, on_probe=refuse)
+    assert calls == [8]
+
+
+@pytest.mark.parametrize("budget, rate, holds", [(12.0, 0.5, True), (12.0, 20.0, False), (5.0, 2.0, True),
+                                                 (5.0, 5.0, False)])
+def test_a_budget_the_teacher_probe_says_cannot_hold_is_refused_with_what_would(budget, rate, holds):
+    total = 60 * budget
+    need = 10.0 + tb.MIN_SEEDS * rate + tb.MIN_TRAIN_SECONDS + tb.SAFETY_SHARE * total
+    assert holds == (need <= total)  # the cases straddle the rule
+    if holds:
+        tb.check_teacher_probe(budget, 10.0, rate, 5000)
+        return
+    with pytest.raises(BadInputError, match="cannot hold on this machine") as exc:
+        tb.check_teacher_probe(budget, 10.0, rate, 5000)
+    given = float(str(exc.value).split("give --prepare-budget ")[1].split()[0])
+    tb.check_teacher_probe(given, 10.0, rate, 5000)  # what it names does hold
+
+
+@pytest.mark.parametrize("minutes", [0.5, 2.0, 3.5])
+def test_a_budget_below_any_prepare_is_refused_before_any_work(minutes, tmp_path):
+    from dflash_core.prepare.pipeline import prepare
+
+    with pytest.raises(BadInputError, match="cannot hold"):
+        prepare("mini", home=tmp_path / "home", prepare_budget=minutes)
+    assert not (tmp_path / "home").exists()
+    tb.check_budget_floor(3.7)  # the floor: training's 120 s in the 55 % the budget keeps for it
+
+
+def _budgeted_run(tiny_prepared, home, monkeypatch, allowance: float):
+    import dflash_core.prepare.pipeline as P
+    from dflash_core.runtime.target import load_target
+
+    monkeypatch.setattr(P, "generation_allowance", lambda minutes: allowance)
+    monkeypatch.setattr(P, "PROBE_SEEDS", 16)
+    rt = load_target(str(tiny_prepared.path), "cpu", "float32")
+    cfg = replace(tiny_prepare_config(), budget_minutes=5.0, random_seeds=40)
+    return P.prepare(str(tiny_prepared.path), home=home, cfg=cfg, rt=rt, progress=False)
+
+
+def test_the_teacher_is_sized_to_the_budget_and_the_manifest_says_how(tiny_prepared, tmp_path, monkeypatch):
+    """No allowance left after the probe: the teacher keeps the probe's 16 seeds (a seeded random sample, in the
+    seeds' own order), training and the fits run on them, and the manifest records the chunks."""
+    out = _budgeted_run(tiny_prepared, tmp_path / "a", monkeypatch, allowance=0.0)
+    doc = json.loads((out / "manifest.json").read_text())
+    sized = doc["prepare_budget"]["teacher"]
+    assert sized["given"] == 40 and sized["kept"] == 16 and [c[0] for c in sized["chunks"]] == [16]
+    trajs = json.loads((out / "trajectories.json").read_text())["sequences"]
+    assert len(trajs) == doc["seeds"]["train_seed_count"] == 16 - doc["held_out"].get("trajectories_dropped", 0)
+
+    out = _budgeted_run(tiny_prepared, tmp_path / "b", monkeypatch, allowance=1e6)  # ample: every seed
+    doc = json.loads((out / "manifest.json").read_text())
+    assert doc["prepare_budget"]["teacher"]["kept"] == 40 == doc["seeds"]["train_seed_count"]
+
+
+def test_a_killed_budgeted_prepare_resumes_with_the_same_seeds(tiny_prepared, tmp_path, monkeypatch):
+    import dflash_core.prepare.pipeline as P
+    import dflash_core.prepare.teacher as T
+
+    class Killed(Exception):
+        pass
+
+    def killed(*a, **k):
+        raise Killed
+
+    monkeypatch.setattr(P, "train_drafter", killed)
+    with pytest.raises(Killed):
+        _budgeted_run(tiny_prepared, tmp_path / "h", monkeypatch, allowance=0.0)
+    monkeypatch.undo()
+    generated = []
+    real = T.generate_shard
+    monkeypatch.setattr(T, "generate_shard", lambda *a, **k: generated.append(1) or real(*a, **k))
+    out = _budgeted_run(tiny_prepared, tmp_path / "h", monkeypatch, allowance=1e6)  # a different rate: same plan
+    doc = json.loads((out / "manifest.json").read_text())
+    assert generated == [] and doc["prepare_budget"]["teacher"]["kept"] == 16
