@@ -153,6 +153,19 @@ class Option:
             raise BadInputError(f"{source}={raw!r} must be an integer <= {self.maximum} (and >= {self.minimum})")
         return value
 
+    def check(self, value: Any) -> Any:
+        """A value given through the Python API (`prepare(threads=...)`), checked by the same rule as the flag, so
+        the two cannot drift apart: an integer knob takes an int only (True, 2.5 and "100" are refused), any other
+        knob the value as its text would parse."""
+        if value is None:
+            return None
+        source = self.cli or self.name
+        if self.type is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise BadInputError(f"{source}={str(value)[:40]!r} must be an integer"
+                                + (f" >= {self.minimum}" if self.minimum is not None else "")
+                                + (f" and <= {self.maximum}" if self.maximum is not None else ""))
+        return self.parse(value if isinstance(value, str) else str(value), source)
+
     def from_env(self, environ: Mapping[str, str] | None = None) -> Any:
         """The environment's value (checked), or the default when the variable is unset or empty."""
         env = os.environ if environ is None else environ
@@ -257,11 +270,11 @@ OPTIONS: tuple[Option, ...] = (
            "report breaks tau and speedup down by task), checked as held out from the drafter's training text",
            type=_file_path, cli="--prompts-file", pytest="--bench-prompts-file",
            default_text="the family's shipped benchmark prompts (task-tagged)", commands=("bench",), bench=True),
-    Option("calibration_tokens", "DFLASH_CALIBRATION_TOKENS", 512, "tokens of each calibration prompt's greedy "
-           "continuation that the width model replays (cut into decodes of --bench-tokens)", type=int,
-           minimum=1, pytest="--calibration-tokens", bench=True),
-    Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 4, "calibration prompts", type=int,
-           minimum=1, pytest="--calibration-prompts", bench=True),
+    Option("calibration_tokens", "DFLASH_CALIBRATION_TOKENS", 512, "the longest greedy decode of each "
+           "calibration prompt that the width model replays: each is decoded from its start for --bench-tokens "
+           "tokens, at most this many", type=int, minimum=1, pytest="--calibration-tokens", bench=True),
+    Option("calibration_prompt_limit", "DFLASH_CALIBRATION_PROMPT_LIMIT", 16, "calibration prompts (the width "
+           "model replays one decode of each)", type=int, minimum=1, pytest="--calibration-prompts", bench=True),
     Option("widths", "DFLASH_WIDTHS", "auto", "verify widths to time (each <= the drafter's block size B), or "
            "auto: dflash's best width by the cost model over the measured verify-cost curve on the width model's "
            "replayed calibration decodes, and the best at most half of it (each method is also measured at its own "
@@ -304,6 +317,9 @@ OPTIONS: tuple[Option, ...] = (
     # Environment only.
     Option("reports", "DFLASH_REPORTS", None, "where the report plugin writes <device>/index.html, report.html "
            "and benchmark.json", default_text="reports/ in the repository root"),
+    Option("prepared", "DFLASH_PREPARED", None, "set by `bench` for its child pytest: the artifact folder it has just "
+           "prepared and verified, so the benchmark session loads the target once instead of preparing again "
+           "(its manifest is still checked file by file when the session loads it)", default_text="unset"),
     Option("require_gpu", "DFLASH_REQUIRE_GPU", False, "1: a GPU test that would skip without CUDA fails instead",
            type=_flag, default_text="0"),
     Option("hypothesis_profile", "DFLASH_HYPOTHESIS_PROFILE", "dev", "Hypothesis profile (ci is loaded whenever "

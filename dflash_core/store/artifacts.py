@@ -307,6 +307,26 @@ def artifact_dir(identity: dict, home: str | Path | None = None) -> Path:
     return dflash_home(home) / "artifacts" / target_key(identity)
 
 
+def check_inside_home(path: str | Path, home: str | Path | None = None) -> None:
+    """Refuse a link on the way from the home to `path` (a folder prepare writes into): a link planted at
+    `<home>/artifacts` made prepare write a whole artifact folder outside the home. Checked by lstat, component by
+    component, before anything is created; a home that is itself a link is the user's choice and stays allowed."""
+    root = dflash_home(home)
+    try:
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(root))
+    except ValueError:
+        raise BadInputError(f"{path} is not inside the home {root}: prepare writes only there") from None
+    cur = Path(os.path.abspath(root))
+    for part in rel.parts:
+        cur = cur / part
+        if not os.path.lexists(cur):
+            return
+        if os.path.islink(cur) or not cur.is_dir():
+            kind = "a link" if os.path.islink(cur) else "not a folder"
+            raise BadInputError(f"{cur} is {kind}, so prepare would write outside the home {root} (or fail midway): "
+                                "make it a plain folder (or remove it); nothing was written")
+
+
 # --- the home's lock -------------------------------------------------------------------------------
 
 def home_lock_path(home: str | Path | None = None) -> Path:

@@ -123,7 +123,7 @@ def test_threads_have_an_upper_bound(clean_env, recorders, monkeypatch, capsys):
 def test_prepare_threads_have_an_upper_bound(tmp_path):
     from dflash_core.prepare.pipeline import prepare
 
-    with pytest.raises(BadInputError, match=r"1\.\.256"):
+    with pytest.raises(BadInputError, match=r"--threads=.* must be an integer <= 256"):
         prepare("mini", home=tmp_path / "home", threads=10 ** 6)
     assert not (tmp_path / "home").exists()
 
@@ -452,3 +452,24 @@ def test_a_budget_is_a_finite_bounded_number_of_minutes(clean_env, recorders, mo
     assert cli.main(["bench", "--smoke"]) == 2
     assert "DFLASH_BENCH_BUDGET" in _one_error(capsys)
     assert recorders["child"] == []
+
+
+@pytest.mark.parametrize("planted", ["artifacts", "work", "artifacts/KEY"])
+def test_a_link_planted_in_the_home_is_refused_before_prepare_writes(tiny_prepared, tmp_path, planted):
+    """A link at <home>/artifacts (or work/, or the artifact folder itself) made prepare write a whole artifact
+    folder outside the home; it is refused with one error naming it, and nothing lands where it points."""
+    from dflash_core.prepare.pipeline import prepare
+    from dflash_core.prepare.prepared import prepared_dir
+    from dflash_core.runtime.target import load_target
+    from dflash_core.store.artifacts import target_identity
+    from dflash_core.testing import tiny_prepare_config
+
+    rt = load_target(str(tiny_prepared.path), "cpu", "float32")
+    home, outside = tmp_path / "home", tmp_path / "outside"
+    outside.mkdir()
+    link = home / planted.replace("KEY", prepared_dir(target_identity(rt), home).name)
+    link.parent.mkdir(parents=True)
+    link.symlink_to(outside, target_is_directory=True)
+    with pytest.raises(BadInputError, match="is a link, so prepare would write outside the home"):
+        prepare(str(tiny_prepared.path), home=home, cfg=tiny_prepare_config(), rt=rt, progress=False)
+    assert list(outside.iterdir()) == []

@@ -250,7 +250,7 @@ def test_bad_train_seeds_are_refused_before_any_work(bad, tmp_path):
     from dflash_core.errors import BadInputError
     from dflash_core.prepare.pipeline import prepare
 
-    with pytest.raises(BadInputError, match="--train-seeds must be an integer"):
+    with pytest.raises(BadInputError, match=r"--train-seeds='[^']*' must be an integer"):
         prepare("mini", home=tmp_path / "home", train_seeds=bad)
     assert not (tmp_path / "home").exists()
 
