@@ -412,6 +412,7 @@ def cmd_bench(a) -> int:
     out = prepare(a.target, home=a.home, threads=options.env_value("threads"),
                   **_optional(revision=a.revision, drafter=a.drafter))
     check_bench_widths(Path(out), list(a.pytest_args))
+    env["DFLASH_PREPARED"] = str(out)  # the child's session loads the target once instead of preparing again
     dev = a.device.split(":")[0]
     # pytest-benchmark's own default storage (./.benchmarks/<machine>/), where `pytest-benchmark compare 0001 0002`
     # and `python -m dflash_core.report 0001 0002` look: the README's compare block runs on these runs as written.

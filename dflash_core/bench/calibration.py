@@ -3,10 +3,10 @@
 calibrated width, and `--tune`'s width choice. The search itself (decode every setting, price it with the cost model)
 is `calibrate.calibrate`.
 
-Every setting is decoded on the width model's replay (`bench.replay`): the calibration prompts' greedy continuations
-(`calibration_tokens` each) cut into decodes of the benchmark's length and replayed without the target, so a width is
-judged on hundreds of drafted blocks (a 24-token decode of 3 prompts saw too few rounds to show what a wide block
-buys: dflash's tokens per target call read 2.88 at every width from 6 to 16 there, 5.3 at 6 and 7.4 at 16 on a
+Every setting is decoded on the width model's replay (`bench.replay`): each calibration prompt's greedy decode of
+the benchmark's length, from its start as a benchmark decode is, replayed without the target, so a width is judged on
+the blocks of 16 held-out decodes at once (a 24-token decode of 3 prompts saw too few rounds to show what a wide
+block buys: dflash's tokens per target call read 2.88 at every width from 6 to 16 there, 5.3 at 6 and 7.4 at 16 on a
 96-token decode). The target's costs are timed in the loop on real decodes (`loop_target_costs`)."""
 
 from __future__ import annotations
@@ -131,22 +131,25 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     ids = _cal_ids(sess, cal_texts)
     c = sess.cfg
     t0 = time.perf_counter()
-    runs = [greedy(sess.rt, p, c.calibration_tokens) for p in ids]
+    # each calibration prompt decoded once from its start, for the benchmark's length, as a benchmark decode is. Why
+    # not decodes cut from deep inside long continuations: the drafter trained on short trajectories accepts less
+    # the further a decode starts from its prompt (mini, dflash at width 7: 3.46 tokens per target call from the
+    # prompt, 2.37 from 384 tokens in), so such decodes priced every width for a context the benchmark never decodes
+    # and under-predicted it by 20-44 % (studies/2026-12-07-operating-point/)
+    length = max(1, min(c.tokens, c.calibration_tokens))
+    runs = [greedy(sess.rt, p, length) for p in ids]
     steps = [(st.target_seconds - st.prefill_seconds) / (st.target_calls - 1) for _, st in runs
              if st.target_calls > 1]
-    # decodes of the benchmark's length, starting every half of it: each a decode from its own start, and a short
-    # continuation (a real target's) still gives several
-    length = max(1, min(c.tokens, c.calibration_tokens))
     trajs = trajectories(sess.rt, ids, [r for r, _ in runs], tuple(sess.prepared.drafter.cfg.taps))
-    segs = segments(trajs, length, max(1, length // 2))
+    segs = segments(trajs, max(1, min(len(r) for r, _ in runs)), 10 ** 9)  # one decode per prompt, from its start
     keep, dropped = clean_segments(sess.rt, [list(s.prompt[len(ids[s.source]):]) + list(s.tokens) for s in segs],
                                    sess.family)
     segs = [segs[i] for i in keep]
-    if not segs:  # every decode leaked (or the continuation is shorter than a decode): the prompts themselves
-        segs = segments(trajs, max(1, min(len(r) for r, _ in runs)))[:len(ids)]
+    if not segs:  # every decode leaked: the prompts themselves (refused above if they leak) with their first token
+        segs = segments(trajs, 1, 10 ** 9)
     if sess.calibration_costs is None:
-        sess.calibration_costs, sess.drafter_costs = loop_target_costs(sess, ids, steps)
-    model = {"prompts": len(ids), "tokens_per_prompt": c.calibration_tokens, "decode_tokens": len(segs[0].tokens),
+        sess.calibration_costs, sess.drafter_costs = loop_target_costs(sess, ids[:CURVE_PROMPTS], steps)
+    model = {"prompts": len(ids), "tokens_per_prompt": length, "decode_tokens": len(segs[0].tokens),
              "decodes": len(segs), "dropped_held_out": len(dropped), "tokens": sum(len(s.tokens) for s in segs),
              "seconds": round(time.perf_counter() - t0, 2),
              "method": "replay: the greedy continuations' taps from one forward, drafts cached per anchor"}
@@ -156,6 +159,11 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     return {"rt": ReplayRuntime(sess.rt, segs), "ids": [list(s.prompt) for s in segs],
             "refs": [list(s.tokens) for s in segs], "tokens": len(segs[0].tokens), "costs": sess.calibration_costs,
             "model": model, "prompt_ids": ids}
+
+
+# calibration prompts the in-loop verify curve decodes (each at every width 1..B): the curve is a cost of the target
+# and the drafter, not of the text, so four prompts time it as well as all of them (and B times faster than all)
+CURVE_PROMPTS = 4
 
 
 def loop_target_costs(sess: BenchSession, ids: list[list[int]], steps: list[float]) -> tuple:

@@ -23,7 +23,7 @@ REAL_TARGET_PARAMETERS = 100_000_000
 # (bench.activity), and the ranking ranks ratios against it (report.ranking).
 BASELINE = "dflash"
 # rank_rounds 6: the fewest rounds whose min-max interval of a median is a 95 % one (stats/summary.MIN_LABELLED_N)
-REAL_TARGET_DEFAULTS = {"calibration_tokens": 192, "calibration_prompt_limit": 2, "rank_rounds": 6, "width_count": 1,
+REAL_TARGET_DEFAULTS = {"calibration_tokens": 192, "calibration_prompt_limit": 8, "rank_rounds": 6, "width_count": 1,
                         "curve_tokens": 16}
 # What bench.budget.plan_matrix chooses under `--bench-size auto` (each unless the user set it; never above the
 # value it had: the budget only shrinks the matrix).

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
+from ..errors import ArtifactError
 from ..methods import calibrated, speculative_ids
 from ..options import env_value
 from ..prepare.pipeline import PrepareConfig, family_for, load_prepared, prepare
@@ -50,7 +52,12 @@ def open_session(cfg: BenchConfig) -> BenchSession:
 def _open(cfg: BenchConfig) -> BenchSession:
     # A hub revision reaches the child pytest of `bench` as DFLASH_REVISION (it has no pytest option).
     where = {"revision": rev} if (rev := env_value("revision")) else {}
-    prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)  # built on CPU float32 whatever the device
+    # `bench` prepared (and verified) the artifacts just before starting this pytest and says where: the target is
+    # then loaded once, here, and `load_prepared` still checks every file against the manifest; a direct pytest run
+    # prepares first (built on CPU float32 whatever the benchmark's device)
+    handed = env_value("prepared")
+    if not handed:
+        prepare(cfg.target, progress=False, drafter=cfg.drafter, **where)
     started = time.perf_counter()  # the benchmark's budget counts from here (prepare not included)
     if cfg.device.startswith("cuda"):
         pin_exact()  # TF32 and reduced-precision reductions off: every case's exactness check reads these logits
@@ -61,6 +68,9 @@ def _open(cfg: BenchConfig) -> BenchSession:
                  "calibration (--bench-size full keeps the table's defaults)", f"{rt.info.get('parameters'):,}",
                  ", ".join(f"{k}={getattr(cfg, k)}" for k in cfg.resized), cfg.bench_budget)
     prepared = load_prepared(rt, drafter=cfg.drafter)
+    if handed and prepared.directory.resolve() != Path(handed).resolve():
+        raise ArtifactError(f"DFLASH_PREPARED names {handed}, but this target's artifacts are {prepared.directory}: "
+                            "unset DFLASH_PREPARED (only `bench` sets it, for its own child pytest)")
     check_widths_fit(cfg.calibration_widths, int(prepared.drafter.cfg.block_size), "--bench-widths")
     family = family_for(rt, PrepareConfig())
     ps = load_prompts(family)

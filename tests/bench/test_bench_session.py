@@ -321,3 +321,52 @@ def test_a_real_target_sizes_its_matrix_from_what_calibration_measured(session, 
     assert {k: plan[k] for k in want} == want and plan["t_spec"] == {"2": 0.2}
     cfg = session.cfg.budgeted(plan["chosen"])
     assert {k: getattr(cfg, k) for k in plan["chosen"]} == plan["chosen"]
+
+
+class _Loaded(Exception):
+    pass
+
+
+@pytest.mark.parametrize("handed", [True, False])
+def test_a_session_bench_prepared_for_loads_the_target_once(tiny_prepared, monkeypatch, handed):
+    """`bench` prepares, then hands its child the artifact folder (DFLASH_PREPARED): the session then loads the
+    target once and never prepares again; without the hand-over (a direct pytest run) it prepares first."""
+    from dflash_core.bench import session as S
+    from dflash_core.bench.config import BenchConfig
+    from dflash_core.prepare import pipeline
+
+    loads, prepares = [], []
+    real_load = pipeline.load_target
+
+    def counted(*a, **k):
+        loads.append(a[0])
+        return real_load(*a, **k)
+
+    def stop(*a, **k):
+        raise _Loaded
+
+    monkeypatch.setenv("DFLASH_HOME", str(tiny_prepared.home))
+    monkeypatch.setattr(S, "load_target", counted)
+    monkeypatch.setattr(pipeline, "load_target", counted)  # what prepare() loads to verify the artifacts
+    real_prepare = S.prepare
+    monkeypatch.setattr(S, "prepare", lambda *a, **k: prepares.append(a) or real_prepare(*a, **k))
+    monkeypatch.setattr(S, "family_for", stop)  # the first step after the artifacts are loaded
+    if handed:
+        monkeypatch.setenv("DFLASH_PREPARED", str(tiny_prepared.prepared.directory))
+    else:
+        monkeypatch.delenv("DFLASH_PREPARED", raising=False)
+    with pytest.raises(_Loaded):
+        S.open_session(BenchConfig(target=str(tiny_prepared.path), threads=1))
+    assert len(loads) == (1 if handed else 2) and len(prepares) == (0 if handed else 1)
+
+
+def test_a_hand_over_naming_other_artifacts_is_refused(tiny_prepared, monkeypatch, tmp_path):
+    from dflash_core.bench import session as S
+    from dflash_core.bench.config import BenchConfig
+    from dflash_core.errors import ArtifactError
+
+    monkeypatch.setenv("DFLASH_HOME", str(tiny_prepared.home))
+    monkeypatch.setenv("DFLASH_PREPARED", str(tmp_path))
+    monkeypatch.setattr(S, "prepare", lambda *a, **k: pytest.fail("prepared again"))
+    with pytest.raises(ArtifactError, match="unset DFLASH_PREPARED"):
+        S.open_session(BenchConfig(target=str(tiny_prepared.path), threads=1))
