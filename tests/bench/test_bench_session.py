@@ -370,3 +370,22 @@ def test_a_hand_over_naming_other_artifacts_is_refused(tiny_prepared, monkeypatc
     monkeypatch.setattr(S, "prepare", lambda *a, **k: pytest.fail("prepared again"))
     with pytest.raises(ArtifactError, match="unset DFLASH_PREPARED"):
         S.open_session(BenchConfig(target=str(tiny_prepared.path), threads=1))
+
+
+def test_the_width_model_replays_one_benchmark_length_decode_from_each_calibration_prompt(session, monkeypatch):
+    """Decodes from each prompt's start, as the benchmark decodes: none cut from deep inside a long continuation,
+    where the drafter (trained on short trajectories) accepts less than any benchmark decode sees."""
+    import dataclasses
+
+    from dflash_core.bench import calibration as bench
+    from dflash_core.bench.costmodel import ComponentCosts
+    from dflash_core.runtime.decode import greedy
+
+    prompts = [[5, 6, 7], [11, 12, 13, 14], [3, 9]]
+    monkeypatch.setattr(bench, "_cal_ids", lambda sess, t: prompts[: len(t)])
+    session.cfg = dataclasses.replace(session.cfg, calibration_tokens=40, tokens=TOKENS)
+    session.calibration_costs = ComponentCosts(t_decode=1.0, t_verify=(1.0,) * (session.block_size + 1))
+    ctx = bench.calibration_context(session, ["a", "b", "c"])
+    assert ctx["ids"] == prompts and ctx["tokens"] == TOKENS  # one decode per prompt, each from its start
+    assert ctx["refs"] == [greedy(session.rt, p, TOKENS)[0] for p in prompts]
+    assert ctx["model"]["decodes"] == 3 and ctx["model"]["tokens"] == 3 * TOKENS
