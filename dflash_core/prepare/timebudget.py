@@ -162,7 +162,9 @@ def plan_training(rt, dcfg, tcfg, trajectories: list[list[int]], prompt_lens: li
 # budget: training and the fits (what the budget buys) keep the rest. A 12-minute budget on a 262k-vocabulary
 # target started a teacher projected at ~57 minutes when the budget sized training alone (issue 70).
 GENERATION_SHARE = 0.4
-PROBE_SEEDS = 32  # the first chunk of the sized teacher: timed, kept, and the rate the plan is logged from
+PROBE_SEEDS = 8  # the first chunk of the sized teacher: timed, kept, and the rate the plan is logged from; small,
+# because it runs before anything knows how slow the machine is (32 seeds took 8.8 of a 12-minute budget on a
+# 2-core machine under load, before the refusal it led to); its small batches err long, so the plan errs short
 MIN_CHUNK = 16  # a later chunk smaller than this is not started: the allowance is spent
 MIN_SEEDS = 32  # below this the teacher set is too small to train on; a budget that cannot afford it is refused
 
