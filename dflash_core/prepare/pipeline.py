@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import ArtifactError, BadInputError
 from ..methods import FitContext, fit_files, fitters
+from ..methods.support.fitting import fit_deadline
 from ..options import TEACHER_DTYPE_CHOICES, env_value, option
 from ..progress import ensure_console_logging
 from ..runtime.allocator import trim_free_memory
@@ -62,6 +63,7 @@ from .timebudget import (
     PROBE_SEEDS,
     check_budget_floor,
     check_teacher_probe,
+    fits_deadline,
     generation_allowance,
     plan_training,
     resolve_prepare_budget,
@@ -845,18 +847,28 @@ def fit_methods(run: PrepareRun) -> None:
     """Every registered fitter on the drafter, on the CPU whatever device trained (`devices`), its files written."""
     t_fit = time.perf_counter()
     fits_device = run.plan.fits_device
+    end = None if run.budget_minutes is None else fits_deadline(run.budget_minutes, run.t_start)
+    cut: dict[str, list] = {}
     with runtime_on(run.rt, fits_device):
         ctx = FitContext(run.rt, run.drafter.to(fits_device), run.trajs, run.prompt_lens, run.cfg, run.family,
                          run.progress)
-        for fitter in fitters():
+        todo = list(fitters())
+        for i, fitter in enumerate(todo):
             _log(f"fitting {fitter.name}")
-            res = fitter(ctx)
+            # under a budget each fitter's optimisation gets an equal share of the time left (`fit_deadline`)
+            share = None if end is None else time.perf_counter() + (end - time.perf_counter()) / (len(todo) - i)
+            with fit_deadline(share) as cuts:
+                res = fitter(ctx)
+            if cuts:
+                cut[fitter.name] = cuts
             for fname, data in res.get("files", {}).items():
                 write_atomic(run.out / fname, data)
                 run.files[fname] = file_entry(run.out / fname)
             run.fits[fitter.name] = res.get("meta", {})
             trim_free_memory()
     run.fit_seconds = time.perf_counter() - t_fit
+    if cut:  # the manifest says which heads the budget stopped early
+        run.budget_record["fits_stopped_early"] = cut
 
 
 def write_run_manifest(run: PrepareRun) -> None:

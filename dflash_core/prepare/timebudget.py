@@ -44,6 +44,10 @@ PREPARE_BUDGET = 30.0
 FIT_OVERHEAD = 1.25
 SAFETY_SHARE = 0.05  # of the budget, kept back for the final evaluations, writing the artifacts and timing noise
 MIN_TRAIN_SECONDS = 120.0  # training never gets less, even when the teacher alone spent the budget (it says so)
+# The fits' optimisation (aux_steps AdamW steps per head, whatever the data's size) is not in the examples' projection:
+# with 24 teacher trajectories the examples projected 12 s and the fits took ~6 minutes on a loaded 2-core machine.
+# So the fits keep at least this share of the budget, and `fits_deadline` stops their optimisation where it ends.
+FIT_FLOOR_SHARE = 0.15
 
 
 def resolve_prepare_budget(value, vocab: int, train_budget_off: bool = False) -> float | None:
@@ -145,8 +149,10 @@ def plan_training(rt, dcfg, tcfg, trajectories: list[list[int]], prompt_lens: li
     """The training cap for this prepare run and its record (the probe's parts included); logs the plan."""
     ctx = FitContext(rt, probe_drafter(dcfg, tcfg), trajectories, prompt_lens, cfg, family, False)
     proj = project_fit_seconds(ctx)
-    cap, rec = training_cap(budget_minutes, time.perf_counter() - t_start, proj.seconds)
+    floor = FIT_FLOOR_SHARE * 60.0 * budget_minutes
+    cap, rec = training_cap(budget_minutes, time.perf_counter() - t_start, max(proj.seconds, floor))
     rec["fit_probe"] = proj.record()
+    rec["fit_floor_seconds"] = round(floor, 1)
     if rec["projected_to_fit"]:
         log.info("prepare budget %g min: %.0f s spent, fits projected at %.0f s (from the fit examples of the %d probe "
                  "trajectories above): training may take %.0f s", budget_minutes, rec["elapsed_before_training"],
@@ -260,3 +266,8 @@ def teacher_plan_line(budget_minutes: float, seeds: int, seconds_per_seed: float
             f"a probe of the first seeds, whose small batches err long){forced}; training and the fits share the "
             f"other ~{train_s:.0f} s (the fits are projected once the teacher is done); total <= "
             f"{budget_minutes:g} min")
+
+
+def fits_deadline(budget_minutes: float, t_start: float) -> float:
+    """The perf_counter time the fits' optimisation must end by: the budget less its safety share."""
+    return t_start + 60.0 * budget_minutes * (1.0 - SAFETY_SHARE)

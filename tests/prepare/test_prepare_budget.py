@@ -342,3 +342,40 @@ def test_a_killed_budgeted_prepare_resumes_with_the_same_seeds(tiny_prepared, tm
     out = _budgeted_run(tiny_prepared, tmp_path / "h", monkeypatch, allowance=1e6)  # a different rate: same plan
     doc = json.loads((out / "manifest.json").read_text())
     assert generated == [] and doc["prepare_budget"]["teacher"]["kept"] == 16
+
+
+def test_a_fit_deadline_stops_the_optimisation_and_says_so():
+    """The fits' optimisation (aux_steps steps per head whatever the data's size) was not in the projection: 24
+    trajectories projected 12 s of fits that took ~6 minutes. Under a deadline it stops (after at least one step)."""
+    import time
+
+    import torch
+
+    from dflash_core.methods.support import fitting as F
+
+    w = torch.zeros(3, requires_grad=True)
+
+    def run():
+        return F.train_steps([w], lambda rows: ((w - 1.0) ** 2).sum(), F.batches(torch.arange(8), 50, 4,
+                                                                                 torch.Generator().manual_seed(0)))
+
+    assert len(run()) == 50
+    with F.fit_deadline(time.perf_counter() - 1.0) as cuts:
+        assert len(run()) == 1
+    assert cuts == [{"step": 1, "steps": 50}]
+    with F.fit_deadline(time.perf_counter() + 3600.0) as cuts:
+        assert len(run()) == 50
+    assert cuts == []
+
+
+def test_a_budgeted_prepare_stops_the_fits_at_its_deadline_and_records_it(tiny_prepared, tmp_path, monkeypatch):
+    import time
+
+    import dflash_core.prepare.pipeline as P
+
+    monkeypatch.setattr(P, "fits_deadline", lambda minutes, t0: time.perf_counter() - 1.0)  # already spent
+    out = _budgeted_run(tiny_prepared, tmp_path / "h", monkeypatch, allowance=1e6)
+    doc = json.loads((out / "manifest.json").read_text())
+    stopped = doc["prepare_budget"]["fits_stopped_early"]
+    assert stopped and all(c["step"] == 1 for cuts in stopped.values() for c in cuts)
+    assert doc["prepare_budget"]["fit_floor_seconds"] == pytest.approx(tb.FIT_FLOOR_SHARE * 300.0)

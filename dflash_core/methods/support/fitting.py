@@ -11,8 +11,11 @@ cached on the FitContext, so each is computed once however many fitters read it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -186,16 +189,44 @@ def head_batches(train_idx: torch.Tensor, steps: int, seed: int, size: int = 64)
     return batches(train_idx, steps, min(size, len(train_idx)), torch.Generator().manual_seed(seed))
 
 
+# When the fits' optimisation must end (a perf_counter time), set by prepare under a budget (`fit_deadline`): the
+# optimisation is the one part of a fit whose length does not follow the data, so a budget stops it rather than
+# projecting it. A context variable, not an argument of every fitter: the deadline is prepare's, not a method's.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("fit_deadline", default=None)
+CUT: contextvars.ContextVar[list | None] = contextvars.ContextVar("fit_cuts", default=None)
+
+
+@contextlib.contextmanager
+def fit_deadline(at: float | None):
+    """Within it, `train_steps` stops at `at` (None: no deadline); each stop is appended to the yielded list."""
+    cuts: list = []
+    t1, t2 = _DEADLINE.set(at), CUT.set(cuts)
+    try:
+        yield cuts
+    finally:
+        _DEADLINE.reset(t1)
+        CUT.reset(t2)
+
+
 def train_steps(params, loss_of, row_batches, *, lr: float = 3e-3, weight_decay: float = 0.0,
                 clip: float | None = None) -> list[float]:
-    """AdamW over `row_batches`; `loss_of(rows)` returns the loss (None skips the batch). Returns the losses."""
+    """AdamW over `row_batches`; `loss_of(rows)` returns the loss (None skips the batch). Returns the losses.
+    Under a `fit_deadline` it stops once the deadline has passed (at least one step is taken) and records it."""
     params = list(params)
+    deadline = _DEADLINE.get()
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     losses = []
     # a sized `row_batches` (`batches`) logs progress: prepare fits several heads for minutes without a line
     steps = logged(row_batches, "fit: optimisation steps", len(row_batches), log) \
         if hasattr(row_batches, "__len__") else row_batches
-    for rows in steps:
+    for i, rows in enumerate(steps):
+        if deadline is not None and losses and time.perf_counter() > deadline:
+            log.warning("fit: the prepare budget's time is spent: optimisation stopped at step %d of %s", i,
+                        len(row_batches) if hasattr(row_batches, "__len__") else "?")
+            cuts = CUT.get()
+            if cuts is not None:
+                cuts.append({"step": i, "steps": len(row_batches) if hasattr(row_batches, "__len__") else None})
+            break
         loss = loss_of(rows)
         if loss is None:
             continue
