@@ -21,6 +21,7 @@ from dflash_core.errors import ArtifactError, BadInputError, DFlashError
 from dflash_core.testing import TinySpec, build_tiny, tiny_config
 
 from ..support.helpers import alarm
+from ..support.safetensors_files import with_header
 
 
 def _one_error(capsys) -> str:
@@ -251,30 +252,6 @@ def test_non_finite_drafter_weights_are_refused_before_prepare_works(drafter_dir
     assert not list((tmp_path / "home").rglob("*.json"))
 
 
-def _with_header(src: Path, dst: Path, name: str, shape: list[int] | None = None, dtype: str | None = None) -> Path:
-    """`src` (a safetensors file) rewritten with weight `name` claiming `shape` / `dtype` in its header: offsets
-    laid out again so the header is valid, the data zeros, the file sparse (a claim of gigabytes costs no disk)."""
-    import struct
-
-    raw = src.read_bytes()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    header[name]["shape"] = shape or header[name]["shape"]
-    header[name]["dtype"] = dtype or header[name]["dtype"]
-    size = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "BOOL": 1}
-    at = 0
-    for k in sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0]):
-        end = at + math.prod(header[k]["shape"]) * size[header[k]["dtype"]]
-        header[k]["data_offsets"] = [at, end]
-        at = end
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)
-    with open(dst, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        f.truncate(8 + len(text) + at)
-    return dst
-
-
 BAD_WEIGHT_HEADERS = {
     "fc claims 48 x 3.5e7 (6.7 GB)": ("encoder.fc.weight", [48, 35_000_000], None, "encoder.fc.weight"),
     "fc one column short": ("encoder.fc.weight", [48, 95], None, "[48, 95]"),
@@ -296,7 +273,7 @@ def test_drafter_weight_shapes_are_compared_with_the_config_before_any_tensor_is
     rt = TargetRuntime.from_model(build_tiny(TinySpec(dtype="float32")))
     bad = tmp_path / "bad-weights"
     shutil.copytree(drafter_dir, bad)
-    _with_header(drafter_dir / "model.safetensors", bad / "model.safetensors", name, shape, dtype)
+    with_header(drafter_dir / "model.safetensors", bad / "model.safetensors", name, shape, dtype)
     monkeypatch.setattr(safetensors.torch, "load_file", lambda *a, **k: pytest.fail("read the weights"))
     monkeypatch.setattr(drafter_mod.DFlashDrafter, "load_state_dict", lambda *a, **k: pytest.fail("built a drafter"))
     with pytest.raises(BadInputError, match="--drafter") as exc:

@@ -431,3 +431,48 @@ def quick(seconds: float) -> Callable:
 def no_report_named(d, spec, o) -> str | None:
     return "named a report that was not written" if "report: " in o.err else None
 
+
+
+def planted_artifacts_link(d: Path, s: dict) -> dict:
+    """A link planted at <home>/artifacts to a folder outside the home: prepare wrote a whole artifact folder
+    there."""
+    home = d / "P" / "home"
+    home.mkdir()
+    (d / "outside" / "arts").mkdir()
+    (home / "artifacts").symlink_to(d / "outside" / "arts", target_is_directory=True)
+    return {"argv": cli("prepare", "--target", str(s["ckpt"])), "home": home}
+
+
+def shard_index(d: Path, s: dict, shard: str) -> dict:
+    """A checkpoint whose model.safetensors.index.json names `shard` (outside its folder, /dev/zero, a FIFO)."""
+    ckpt = d / "ckpt"
+    shutil.copytree(s["ckpt"], ckpt)
+    (d / "outside" / "x.safetensors").write_bytes((ckpt / "model.safetensors").read_bytes())
+    if shard == "fifo.safetensors":
+        os.mkfifo(ckpt / shard)
+    (ckpt / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {
+        "model.embed_tokens.weight": shard}}))
+    return {"argv": cli("run", "--method", "normal", "--prompt", "x y", "--tokens", "2", "--target", str(ckpt)),
+            "timeout": 90}
+
+
+def huge_header_drafter(d: Path, s: dict) -> dict:
+    """A drafter folder whose safetensors header claims 6.7 GB for one weight (a sparse file): prepare loaded all
+    of it before comparing shapes with config.json. Run under a parent that reports the command's peak memory."""
+    from ...support.safetensors_files import with_header
+
+    out = drafter_with(d, s)
+    with_header(s["drafter"] / "model.safetensors", out / "model.safetensors", "encoder.fc.weight",
+                [48, 35_000_000])
+    code = ("import resource, subprocess, sys\nrc = subprocess.call(sys.argv[1:])\n"
+            "print('maxrss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\nsys.exit(rc)\n")
+    return {"argv": [PY, "-c", code, *cli("prepare", "--target", str(s["ckpt"]), "--drafter", str(out))],
+            "timeout": 180}
+
+
+def reports_read_only(d: Path, s: dict) -> dict:
+    """DFLASH_REPORTS on a read-only filesystem: the whole benchmark ran, then the report was lost."""
+    mnt = d / "mnt"
+    cleanup = mount_tmpfs(mnt, "64k", readonly=True)
+    return {"argv": cli("bench", "--smoke"), "env": {"DFLASH_REPORTS": str(mnt / "reports")}, "cleanup": [cleanup],
+            "allowed": [mnt]}
