@@ -23,7 +23,7 @@ QUICK = {
     "5 resources": "report on 50k rounds",  # bounded memory
     "6 gate": "--speedup-drop nan with a 69 % regression",  # the gate's knobs, on schema-7 runs
     "7 bench": "DFLASH_TOKENS=abc bench --smoke",  # validate before work
-    "tb drafter": "--drafter num_attention_heads 0",  # a transformers-format drafter folder
+    "r3 drafter": "--drafter header claiming 6.7 GB for one weight",  # a drafter folder (peak memory checked)
     "10 hangs": "report input is a FIFO",  # a FIFO where a file is expected
     "tb report": "report on rounds of 1e308",  # numbers that overflow
     "r3 lock": ".prepare.lock is a FIFO",  # the home's own files

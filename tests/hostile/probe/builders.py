@@ -12,9 +12,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ...support.bundles import edit_bundle, members
+from ...support.bundles import member_info as info
 from ...support.homes import tree
 from .judge import Outcome, SkipCase, run
-from .material import PY, cli, edit_bundle, info, members, mount_tmpfs, report, saved
+from .material import PY, cli, mount_tmpfs, report, saved
 
 
 def import_case(make: Callable[[Path, dict], Path], home_from: str | None = "mini") -> Callable:

@@ -6,6 +6,8 @@ import os
 import tarfile
 from pathlib import Path
 
+from ...support.bundles import edit_bundle, members, with_target_file, write_tar, zeros_bundle
+from ...support.bundles import member_info as info
 from .builders import (
     bench_env,
     benchmarks_dir,
@@ -59,7 +61,7 @@ from .builders import (
     zero_report,
 )
 from .judge import Case
-from .material import cli, edit_bundle, info, members, report, with_target_file, write_tar, zeros_bundle
+from .material import cli, report
 
 
 def cases() -> list[Case]:

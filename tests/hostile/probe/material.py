@@ -1,17 +1,14 @@
 """The probe's material: the tiny lab, a mini-like home, both kinds of bundle, an exported drafter, schema-7 saved
-runs and their benchmark.json (each built once per work folder, on first use, and reused), and the bundle surgery
-the cases use."""
+runs and their benchmark.json (each built once per work folder, on first use, and reused), and the tmpfs mounts of
+the full-disk cases (bundle surgery: tests/support/bundles.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -114,83 +111,6 @@ def prepare_material(work: Path, lab: Path | None) -> Material:
     env = child_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     return Material(work, lab=lab, ckpt=ckpt, lab_home=lab_home, adir=adir.name, mini_home=mini_home, env=env,
                     root=os.geteuid() == 0 and shutil.which("mount") is not None)
-
-
-# --- bundle surgery -------------------------------------------------------------------------------------------
-
-def members(path: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
-    with tarfile.open(path, "r:gz") as tar:
-        return [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]
-
-
-def write_tar(dst: Path, entries) -> Path:
-    with tarfile.open(dst, "w:gz", compresslevel=1) as tar:
-        for info, data in entries:
-            if info.isfile():
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
-    return dst
-
-
-def info(name: str, kind=tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
-    i = tarfile.TarInfo(name)
-    i.type, i.linkname, i.mode = kind, link, 0o644
-    return i
-
-
-def edit_bundle(src: Path, dst: Path, edit=None, extra=()) -> Path:
-    out = []
-    for m, data in members(src):
-        if m.name == "bundle.json" and edit is not None:
-            doc = json.loads(data)
-            edit(doc)
-            data = json.dumps(doc).encode()
-        out.append((m, data))
-    return write_tar(dst, out + list(extra))
-
-
-def zeros_bundle(dst: Path, size: int, head=()) -> Path:
-    """A bundle whose member is `size` zero bytes, streamed (never held in memory)."""
-    class Zeros(io.RawIOBase):
-        def __init__(self, n):
-            self.left = n
-
-        def readable(self):
-            return True
-
-        def readinto(self, b):
-            k = min(len(b), self.left)
-            b[:k] = bytes(k)
-            self.left -= k
-            return k
-
-    with tarfile.open(dst, "w:gz", compresslevel=1) as tar:
-        for i, data in head:
-            i.size = len(data)
-            tar.addfile(i, io.BytesIO(data))
-        z = info("artifacts/zeros.safetensors")
-        z.size = size
-        tar.addfile(z, io.BufferedReader(Zeros(size), 1 << 20))
-    return dst
-
-
-def with_target_file(src: Path, dst: Path, name: str, data: bytes) -> Path:
-    """A consistent bundle with one more target file, listed in bundle.json and target_manifest.json."""
-    entry = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    out, tm_name, tm_entry = [], "targets/mini/target_manifest.json", None
-    for m, d in members(src):
-        if m.name == tm_name:
-            tm = json.loads(d)
-            tm["files"][name] = entry
-            d = json.dumps(tm).encode()
-            tm_entry = {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)}
-        out.append((m, d))
-    doc = json.loads(out[0][1])
-    doc["files"][f"targets/mini/{name}"], doc["files"][tm_name] = entry, tm_entry
-    out[0] = (out[0][0], json.dumps(doc).encode())
-    return write_tar(dst, out + [(info(f"targets/mini/{name}"), data)])
 
 
 # --- mounts (root only): a full or read-only filesystem ---------------------------------------------------------
