@@ -229,11 +229,19 @@ def resolve_drafter_source(source: str, revision: str | None = None) -> Path:
     return snap
 
 
+# Any vocabulary that holds every id config.json may name: a drafter's weights have no vocabulary-sized shape (the
+# head is the target's), so their expected shapes can be checked before the target is loaded.
+ANY_VOCAB = (1 << 24) + 1
+
+
 def check_drafter_dir(directory: Path) -> None:
-    """Everything about a drafter directory that needs no model: config.json's schema and bounds, and weight
-    files that are regular files (a FIFO or a link to /dev/zero would hang the digest)."""
-    read_hf_config(directory)
-    weight_files(directory)
+    """Everything about a drafter directory that needs no model: config.json's schema and bounds, weight files
+    that are regular files (a FIFO or a link to /dev/zero would hang the digest), and the weights' shapes and dtypes
+    in their headers against config.json (refused before the target loads, not after)."""
+    doc = read_hf_config(directory)
+    files = weight_files(directory)
+    if files:  # none at all: load_hf_drafter says so, with the fix
+        check_weight_header(directory, files, drafter_config_from_hf(doc, ANY_VOCAB))
 
 
 def weight_files(directory: Path) -> list[Path]:

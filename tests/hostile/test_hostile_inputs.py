@@ -281,6 +281,20 @@ def test_drafter_weight_shapes_are_compared_with_the_config_before_any_tensor_is
     assert word in str(exc.value) and "\n" not in str(exc.value)
 
 
+@pytest.mark.parametrize("cmd", [RUN, ["prepare"]], ids=["run", "prepare"])
+def test_a_drafter_header_that_disagrees_with_its_config_is_refused_before_the_target_loads(
+        clean_env, recorders, drafter_dir, tmp_path, capsys, monkeypatch, cmd):
+    import safetensors.torch
+
+    bad = tmp_path / "bad-weights"
+    shutil.copytree(drafter_dir, bad)
+    with_header(drafter_dir / "model.safetensors", bad / "model.safetensors", "encoder.fc.weight", [48, 35_000_000])
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda *a, **k: pytest.fail("read the weights"))
+    assert cli.main([*cmd, "--drafter", str(bad)]) == 2
+    assert "encoder.fc.weight has shape [48, 35000000]" in _one_error(capsys)
+    assert recorders["prepare"] == [] and recorders["load_target"] == []
+
+
 def test_a_drafter_whose_header_matches_its_config_still_loads(drafter_dir):
     from dflash_core.prepare.drafter_format import load_hf_drafter
     from dflash_core.runtime.target import TargetRuntime
