@@ -478,3 +478,11 @@ def reports_read_only(d: Path, s: dict) -> dict:
     cleanup = mount_tmpfs(mnt, "64k", readonly=True)
     return {"argv": cli("bench", "--smoke"), "env": {"DFLASH_REPORTS": str(mnt / "reports")}, "cleanup": [cleanup],
             "allowed": [mnt]}
+
+
+def prompts_accepted(d: Path, name: str, data: bytes) -> dict:
+    """A prompts file that must pass its check, followed by the next check bench makes (an unwritable report
+    folder): the case holds when the error names the report folder, not the prompts file."""
+    spec = prompts_case(d, name, data)
+    spec["env"] = reports_under_file(d)["env"]
+    return spec

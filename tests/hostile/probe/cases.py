@@ -43,6 +43,7 @@ from .builders import (
     other_uid_case,
     out_file_case,
     planted_artifacts_link,
+    prompts_accepted,
     prompts_case,
     quick,
     report_with,
@@ -294,6 +295,10 @@ def cases() -> list[Case]:
             d, "p.jsonl", b'{"text": "a\\ud800"}\n'), words=("surrogate",), check=quick(60)),
         C("r3 prompts", "a 5,000-digit integer in a JSONL line", lambda d, s: prompts_case(
             d, "p.jsonl", b'{"text": "a", "n": ' + b"9" * 5000 + b"}\n"), words=("JSON",), check=quick(60)),
+        C("r3 prompts", "a JSONL prompt holding U+2028 (valid JSON) passes the check", lambda d, s: prompts_accepted(
+            d, "p.jsonl", '{"text": "a\u2028b"}\n'.encode()), words=("report folder",), check=quick(60)),
+        C("r3 prompts", "a text prompt with a form feed inside stays one prompt", lambda d, s: prompts_accepted(
+            d, "p.txt", b"a\fb\na\nb\n"), words=("report folder",), check=quick(60)),
         C("r3 home", "a link at <home>/artifacts to a folder outside (prepare)",
           lambda d, s: planted_artifacts_link(d, s), words=("link",), check=quick(60)),
         *[C("r3 shards", f"a shard index naming {shard}", lambda d, s, shard=shard: shard_index(d, s, shard),
