@@ -229,11 +229,19 @@ def resolve_drafter_source(source: str, revision: str | None = None) -> Path:
     return snap
 
 
+# Any vocabulary that holds every id config.json may name: a drafter's weights have no vocabulary-sized shape (the
+# head is the target's), so their expected shapes can be checked before the target is loaded.
+ANY_VOCAB = (1 << 24) + 1
+
+
 def check_drafter_dir(directory: Path) -> None:
-    """Everything about a drafter directory that needs no model: config.json's schema and bounds, and weight
-    files that are regular files (a FIFO or a link to /dev/zero would hang the digest)."""
-    read_hf_config(directory)
-    weight_files(directory)
+    """Everything about a drafter directory that needs no model: config.json's schema and bounds, weight files
+    that are regular files (a FIFO or a link to /dev/zero would hang the digest), and the weights' shapes and dtypes
+    in their headers against config.json (refused before the target loads, not after)."""
+    doc = read_hf_config(directory)
+    files = weight_files(directory)
+    if files:  # none at all: load_hf_drafter says so, with the fix
+        check_weight_header(directory, files, drafter_config_from_hf(doc, ANY_VOCAB))
 
 
 def weight_files(directory: Path) -> list[Path]:
@@ -410,6 +418,7 @@ def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
     if not files:
         raise ArtifactError(f"--drafter {directory}: no *.safetensors weights (the lab never loads pickled .bin "
                             "weights): re-save the drafter with safetensors")
+    check_weight_header(directory, files, dcfg)  # shapes and dtypes from the header, before a tensor is read
     sd: dict[str, Any] = {}
     try:
         for f in files:
@@ -431,13 +440,54 @@ def load_hf_drafter(directory: Path, rt, identity: dict | None = None):
     ours = from_hf_state_dict(sd)
     if d2t is not None:
         ours["d2t"] = d2t
-    missing = sorted(set(drafter.state_dict()) - set(ours))
-    if missing:
-        raise ArtifactError(f"--drafter {directory}: weights {missing[:4]} are missing: the checkpoint is "
-                            "incomplete; re-export or re-download it")
-    try:
+    try:  # strict: the header check above already matched every name and shape
         drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in ours.items()}, strict=True)
     except RuntimeError as exc:
         raise ArtifactError(f"--drafter {directory}: a weight has the wrong shape for its config.json "
                             f"({str(exc).splitlines()[-1].strip()[:200]}): the checkpoint is inconsistent") from exc
     return drafter.to(torch.float32).eval()
+
+
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names of the weight dtypes the lab loads (as float32)
+
+
+def header_shapes(directory: Path, files: list[Path]) -> dict[str, tuple[list[int], str]]:
+    """Each weight's shape and dtype from the safetensors headers (safe_open reads the header, not the data)."""
+    from safetensors import SafetensorError, safe_open
+
+    out: dict[str, tuple[list[int], str]] = {}
+    try:
+        for f in files:
+            with safe_open(str(f), framework="pt") as h:
+                for k in h.keys():
+                    sl = h.get_slice(k)
+                    out[k] = (list(sl.get_shape()), str(sl.get_dtype()))
+    except (SafetensorError, OSError) as exc:
+        raise ArtifactError(f"--drafter {directory}: the weights are unreadable ({exc}): re-export or "
+                            "re-download the drafter") from exc
+    return out
+
+
+def check_weight_header(directory: Path, files: list[Path], dcfg) -> None:
+    """Refuse weights whose header disagrees with config.json (a missing, unknown, misshapen or non-float weight)
+    before any tensor is read: loading first let a header claim gigabytes for one weight and allocate all of it.
+    The expected shapes come from the drafter itself, built on the meta device (no memory), so they cannot drift
+    from the model's definition."""
+    import torch
+
+    with torch.device("meta"):
+        want = {k: list(v.shape) for k, v in DFlashDrafter(dcfg).state_dict().items() if k != "d2t"}
+    have = from_hf_state_dict(header_shapes(directory, files))
+    missing = sorted(set(want) - set(have))
+    if missing:
+        raise ArtifactError(f"--drafter {directory}: weights {missing[:4]} are missing: the checkpoint is "
+                            "incomplete; re-export or re-download it")
+    fix = "the checkpoint does not match its config.json; re-export or re-download it"
+    for k in sorted(want):
+        shape, dtype = have[k]
+        if dtype not in FLOAT_DTYPES:
+            raise BadInputError(f"--drafter {directory}: weight {_rename(k, _TOP, _LAYER)} is {dtype}, not a float "
+                                f"type ({', '.join(FLOAT_DTYPES)}): {fix}")
+        if shape != want[k]:
+            raise BadInputError(f"--drafter {directory}: weight {_rename(k, _TOP, _LAYER)} has shape "
+                                f"{str(shape)[:60]}, config.json implies {want[k]}: {fix}")

@@ -25,6 +25,7 @@ from dflash_core.prepare import bundle as bundle_mod
 from dflash_core.prepare.bundle import BUNDLE_MANIFEST, export_bundle, import_bundle
 from dflash_core.store.artifacts import home_lock
 
+from ..support.bundles import edit_bundle, member_info, members, with_target_file, write_tar, zeros_bundle
 from ..support.homes import make_mini_like_home, tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,40 +64,6 @@ def local_bundle(tiny_prepared, tmp_path_factory) -> Path:
     return out
 
 
-def members(path: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
-    with tarfile.open(path, "r:gz") as tar:
-        return [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar.getmembers()]
-
-
-def write_tar(dst: Path, entries: list[tuple[tarfile.TarInfo, bytes]]) -> Path:
-    with tarfile.open(dst, "w:gz", compresslevel=1) as tar:
-        for info, data in entries:
-            if info.isfile():
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
-    return dst
-
-
-def file_info(name: str) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.mode = 0o644
-    return info
-
-
-def edited(src: Path, dst: Path, edit_doc=None, extra: list[tuple[tarfile.TarInfo, bytes]] = ()) -> Path:
-    """A copy of bundle `src` with bundle.json edited by `edit_doc(doc)` and `extra` members appended."""
-    out = []
-    for m, data in members(src):
-        if m.name == BUNDLE_MANIFEST and edit_doc is not None:
-            doc = json.loads(data)
-            edit_doc(doc)
-            data = json.dumps(doc).encode()
-        out.append((m, data))
-    return write_tar(dst, out + list(extra))
-
-
 # --- group 1: target_dir must not leave the home (the deleted-folder bug) ----------------------------------------
 
 @pytest.mark.parametrize("target_dir", ["../bundle", "../../targets", "/tmp", "targets/mini/../../../bundle",
@@ -114,7 +81,7 @@ def test_target_dir_outside_the_home_is_refused_and_nothing_changes(local_bundle
     (home / "targets" / "mine" / "w.txt").write_text("the home's own target\n")
     capsys.readouterr()
     before_outside, before_home = tree(outer, skip=home), home_state(home)
-    bad = edited(local_bundle, tmp_path / "bad.tar.gz", lambda d: d.update(target_dir=target_dir))
+    bad = edit_bundle(local_bundle, tmp_path / "bad.tar.gz", lambda d: d.update(target_dir=target_dir))
     assert cli.main(["import", str(bad), "--home", str(home)]) == 2
     assert "target directory" in _one_error(capsys)
     assert tree(outer, skip=home) == before_outside
@@ -123,7 +90,7 @@ def test_target_dir_outside_the_home_is_refused_and_nothing_changes(local_bundle
 
 def test_artifact_dir_other_than_the_identitys_is_refused(local_bundle, tmp_path, capsys):
     home = tmp_path / "home"
-    bad = edited(local_bundle, tmp_path / "bad.tar.gz", lambda d: d.update(artifact_dir="artifacts/../../x"))
+    bad = edit_bundle(local_bundle, tmp_path / "bad.tar.gz", lambda d: d.update(artifact_dir="artifacts/../../x"))
     assert cli.main(["import", str(bad), "--home", str(home)]) == 2
     assert "artifact directory" in _one_error(capsys)
     assert not home.exists() or home_state(home) == {}
@@ -147,7 +114,7 @@ def test_artifact_dir_other_than_the_identitys_is_refused(local_bundle, tmp_path
         "files-list", "files-empty", "bad-sha", "negative-bytes", "bool-bytes", "string-version", "target-list"])
 def test_bundle_json_schema(local_bundle, tmp_path, capsys, edit, words):
     home = tmp_path / "home"
-    bad = edited(local_bundle, tmp_path / "bad.tar.gz", edit)
+    bad = edit_bundle(local_bundle, tmp_path / "bad.tar.gz", edit)
     assert cli.main(["import", str(bad), "--home", str(home)]) == 2
     assert words in _one_error(capsys)
     assert not [p for p in home.rglob("*") if p.name != ".prepare.lock"] if home.exists() else True
@@ -155,37 +122,10 @@ def test_bundle_json_schema(local_bundle, tmp_path, capsys, edit, words):
 
 # --- group 2: bundle.json first, members stream-checked before their bytes are written ---------------------------
 
-class Zeros(io.RawIOBase):
-    """`n` zero bytes, produced as they are read (a 256 MiB member without 256 MiB of memory)."""
-
-    def __init__(self, n: int):
-        self.left = n
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        k = min(len(b), self.left)
-        b[:k] = bytes(k)
-        self.left -= k
-        return k
-
-
-def _zero_bundle(dst: Path, size: int, first: list[tuple[tarfile.TarInfo, bytes]] = ()) -> Path:
-    with tarfile.open(dst, "w:gz", compresslevel=1) as tar:
-        for info, data in first:
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        info = file_info("artifacts/zeros.safetensors")
-        info.size = size
-        tar.addfile(info, io.BufferedReader(Zeros(size)))
-    return dst
-
-
 def test_a_zero_bomb_before_bundle_json_writes_nothing(tmp_path, capsys, monkeypatch):
     written = []
     monkeypatch.setattr(bundle_mod, "_write_member", lambda *a, **k: written.append(a))
-    bomb = _zero_bundle(tmp_path / "bomb.tar.gz", 256 << 20)
+    bomb = zeros_bundle(tmp_path / "bomb.tar.gz", 256 << 20)
     assert bomb.stat().st_size < 2 << 20
     home = tmp_path / "home"
     assert cli.main(["import", str(bomb), "--home", str(home)]) == 2
@@ -200,7 +140,7 @@ def test_an_unlisted_member_after_bundle_json_is_refused_before_its_bytes(local_
     head = [(m, d) for m, d in original if m.name == BUNDLE_MANIFEST]
     written = []
     monkeypatch.setattr(bundle_mod, "_write_member", lambda *a, **k: written.append(a[2]))
-    bomb = _zero_bundle(tmp_path / "bomb.tar.gz", 256 << 20, first=head)
+    bomb = zeros_bundle(tmp_path / "bomb.tar.gz", 256 << 20, head=head)
     home = tmp_path / "home"
     assert cli.main(["import", str(bomb), "--home", str(home)]) == 2
     assert "unlisted" in _one_error(capsys)
@@ -224,7 +164,7 @@ def test_too_many_listed_bytes_are_refused_before_anything_is_written(local_bund
     def huge(d):  # two files, each within the per-file bound, together over the bundle's total
         for name in [n for n in d["files"] if n.endswith(".safetensors")][:2]:
             d["files"][name]["bytes"] = bundle_mod.MAX_BUNDLE_BYTES // 2 + 1
-    bad = edited(local_bundle, tmp_path / "bad.tar.gz", huge)
+    bad = edit_bundle(local_bundle, tmp_path / "bad.tar.gz", huge)
     assert cli.main(["import", str(bad), "--home", str(tmp_path / "home")]) == 2
     assert "limit" in _one_error(capsys)
 
@@ -244,26 +184,8 @@ def test_twenty_thousand_empty_folders_are_refused(local_bundle, tmp_path, capsy
 
 # --- group 4: only what the manifests list travels --------------------------------------------------------------
 
-def _with_extra_target_file(src: Path, dst: Path, name: str, data: bytes) -> Path:
-    """A consistent bundle with one more target file: listed in bundle.json AND in target_manifest.json."""
-    out, entry = [], {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
-    tm_name = "targets/mini/target_manifest.json"
-    for m, d in members(src):
-        if m.name == tm_name:
-            tm = json.loads(d)
-            tm["files"][name] = entry
-            d = json.dumps(tm).encode()
-            tm_entry = {"sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)}
-        out.append((m, d))
-    doc = json.loads(out[0][1])
-    doc["files"][f"targets/mini/{name}"] = entry
-    doc["files"][tm_name] = tm_entry
-    out[0] = (out[0][0], json.dumps(doc).encode())
-    return write_tar(dst, out + [(file_info(f"targets/mini/{name}"), data)])
-
-
 def test_code_in_the_target_folder_is_refused(mini_bundle, tmp_path, capsys):
-    bad = _with_extra_target_file(mini_bundle, tmp_path / "bad.tar.gz", "modeling_evil.py", b"import os\n")
+    bad = with_target_file(mini_bundle, tmp_path / "bad.tar.gz", "modeling_evil.py", b"import os\n")
     home = tmp_path / "home"
     assert cli.main(["import", str(bad), "--home", str(home)]) == 2
     assert "modeling_evil.py" in _one_error(capsys)
@@ -274,10 +196,10 @@ def test_a_file_listed_in_bundle_json_but_not_in_the_manifest_is_refused(local_b
     adir = json.loads(members(local_bundle)[0][1])["artifact_dir"]
     data = b'{"stray": true}'
     stray = f"{adir}/stray.json"
-    bad = edited(local_bundle, tmp_path / "bad.tar.gz",
+    bad = edit_bundle(local_bundle, tmp_path / "bad.tar.gz",
                  lambda d: d["files"].update({stray: {"sha256": hashlib.sha256(data).hexdigest(),
                                                       "bytes": len(data)}}),
-                 extra=[(file_info(stray), data)])
+                 extra=[(member_info(stray), data)])
     home = tmp_path / "home"
     assert cli.main(["import", str(bad), "--home", str(home)]) == 2
     assert "stray" in _one_error(capsys)

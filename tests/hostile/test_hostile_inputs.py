@@ -21,6 +21,7 @@ from dflash_core.errors import ArtifactError, BadInputError, DFlashError
 from dflash_core.testing import TinySpec, build_tiny, tiny_config
 
 from ..support.helpers import alarm
+from ..support.safetensors_files import with_header
 
 
 def _one_error(capsys) -> str:
@@ -249,6 +250,58 @@ def test_non_finite_drafter_weights_are_refused_before_prepare_works(drafter_dir
     with pytest.raises(BadInputError, match="NaN or infinite"):
         prepare(str(tiny_ckpt), home=tmp_path / "home", cfg=tiny_prepare_config(), progress=False, drafter=str(d))
     assert not list((tmp_path / "home").rglob("*.json"))
+
+
+BAD_WEIGHT_HEADERS = {
+    "fc claims 48 x 3.5e7 (6.7 GB)": ("encoder.fc.weight", [48, 35_000_000], None, "encoder.fc.weight"),
+    "fc one column short": ("encoder.fc.weight", [48, 95], None, "[48, 95]"),
+    "a norm of integers": ("norm.weight", None, "I64", "I64"),
+}
+
+
+@pytest.mark.parametrize("name,shape,dtype,word", list(BAD_WEIGHT_HEADERS.values()), ids=list(BAD_WEIGHT_HEADERS))
+def test_drafter_weight_shapes_are_compared_with_the_config_before_any_tensor_is_read(
+        drafter_dir, tmp_path, monkeypatch, name, shape, dtype, word):
+    """The safetensors header's shapes and dtypes are checked against what config.json implies before a tensor is
+    loaded: a header claiming 6.7 GB for one weight allocated all of it before the shapes were compared."""
+    import safetensors.torch
+
+    import dflash_core.runtime.drafter as drafter_mod
+    from dflash_core.prepare.drafter_format import load_hf_drafter
+    from dflash_core.runtime.target import TargetRuntime
+
+    rt = TargetRuntime.from_model(build_tiny(TinySpec(dtype="float32")))
+    bad = tmp_path / "bad-weights"
+    shutil.copytree(drafter_dir, bad)
+    with_header(drafter_dir / "model.safetensors", bad / "model.safetensors", name, shape, dtype)
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda *a, **k: pytest.fail("read the weights"))
+    monkeypatch.setattr(drafter_mod.DFlashDrafter, "load_state_dict", lambda *a, **k: pytest.fail("built a drafter"))
+    with pytest.raises(BadInputError, match="--drafter") as exc:
+        load_hf_drafter(bad, rt)
+    assert word in str(exc.value) and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("cmd", [RUN, ["prepare"]], ids=["run", "prepare"])
+def test_a_drafter_header_that_disagrees_with_its_config_is_refused_before_the_target_loads(
+        clean_env, recorders, drafter_dir, tmp_path, capsys, monkeypatch, cmd):
+    import safetensors.torch
+
+    bad = tmp_path / "bad-weights"
+    shutil.copytree(drafter_dir, bad)
+    with_header(drafter_dir / "model.safetensors", bad / "model.safetensors", "encoder.fc.weight", [48, 35_000_000])
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda *a, **k: pytest.fail("read the weights"))
+    assert cli.main([*cmd, "--drafter", str(bad)]) == 2
+    assert "encoder.fc.weight has shape [48, 35000000]" in _one_error(capsys)
+    assert recorders["prepare"] == [] and recorders["load_target"] == []
+
+
+def test_a_drafter_whose_header_matches_its_config_still_loads(drafter_dir):
+    from dflash_core.prepare.drafter_format import load_hf_drafter
+    from dflash_core.runtime.target import TargetRuntime
+
+    rt = TargetRuntime.from_model(build_tiny(TinySpec(dtype="float32")))
+    d = load_hf_drafter(drafter_dir, rt)
+    assert d.fc.weight.shape == (48, 96) and d.fc.weight.dtype.is_floating_point
 
 
 # --- group 10: weight files that would hang -----------------------------------------------------------------------

@@ -314,10 +314,18 @@ def test_every_method_runs_exact_on_the_imported_drafter(tiny_prepared, exported
 
 
 def _broken(exported, tmp_path, **changes):
+    """`exported` with config.json changed. A changed width comes with weights of that width, a whole drafter made
+    for another target (a config edited alone is refused before, by its own weights' shapes in their header)."""
+    from dflash_core.prepare.drafter_format import drafter_config_from_hf, export_drafter
+    from dflash_core.runtime.drafter import DFlashDrafter
+
     d = tmp_path / "bad"
-    shutil.copytree(exported, d)
-    doc = json.loads((d / "config.json").read_text())
+    doc = json.loads((exported / "config.json").read_text())
     doc.update(changes)
+    if "hidden_size" in changes:
+        export_drafter(DFlashDrafter(drafter_config_from_hf(doc, 1 << 16)), None, d)  # config.json replaced below
+    else:
+        shutil.copytree(exported, d)
     (d / "config.json").write_text(json.dumps(doc))
     return d
 

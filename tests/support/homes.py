@@ -22,19 +22,24 @@ def make_mini_like_home(tiny_prepared, root: Path) -> Path:
     return home
 
 
-def tree(root: Path, skip: Path | None = None) -> dict[str, str]:
-    """Every entry under `root` (files with their SHA-256, folders, links with their target), except `skip`."""
+def tree(root: Path, skip: Path | list[Path] | None = None) -> dict[str, str]:
+    """Every entry under `root` (files with their SHA-256, folders, links with their target), except `skip` (one
+    path or several). A file over 64 MiB is recorded by its size and an unreadable one as such, so a hostile home
+    (a 6 GB sparse file, a folder without permissions) cannot stall or crash the snapshot."""
+    skips = [] if skip is None else [skip] if isinstance(skip, Path) else list(skip)
     out = {}
     for p in sorted(root.rglob("*")):
-        if skip is not None and (p == skip or skip in p.parents):
+        if any(p == s or s in p.parents for s in skips):
             continue
         rel = p.relative_to(root).as_posix()
-        if p.is_symlink():
-            out[rel] = "link:" + os.readlink(p)
-        elif p.is_file():
-            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-        elif p.is_dir():
-            out[rel] = "dir"
-        else:
-            out[rel] = "other"
+        try:
+            if p.is_symlink():
+                out[rel] = "link:" + os.readlink(p)
+            elif p.is_file():
+                size = p.stat().st_size
+                out[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if size < (64 << 20) else f"size:{size}"
+            else:
+                out[rel] = "dir" if p.is_dir() else "other"
+        except OSError:
+            out[rel] = "unreadable"
     return out
