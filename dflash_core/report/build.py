@@ -280,6 +280,36 @@ def check_poolable(docs: list[dict], sources: list[str]) -> None:
                            "a report pools the rounds of the same cases only")
 
 
+def run_identity(doc: dict) -> str:
+    """What names one benchmark run: pytest-benchmark's `datetime` (microseconds), `machine_info` and `commit_info`,
+    which a session writes once into every file it saves (the autosave and --benchmark-json alike)."""
+    return identity_hash({k: doc.get(k) for k in ("datetime", "machine_info", "commit_info")})
+
+
+def distinct_runs(docs: list[dict], sources: list[str]) -> tuple[list[dict], list[str], list[str]]:
+    """(the runs, their sources, one note per repeated run): a run given several times (copies of one file, or files
+    with one run identity) is kept once, at its first source. Why: pooling a copy as an independent run doubles
+    its rounds without new information, so the intervals shrink on no evidence (200 copies of one run named a
+    single winner "with 95 % confidence"). Two files of one identity that differ are refused: one was edited,
+    and which one measured the run cannot be told."""
+    first: dict[str, int] = {}
+    copies: dict[int, list[str]] = {}
+    for i, (d, s) in enumerate(zip(docs, sources)):
+        k = run_identity(d)
+        if k not in first:
+            first[k] = i
+            continue
+        j = first[k]
+        if json.dumps(d, sort_keys=True) != json.dumps(docs[j], sort_keys=True):
+            raise ReportInputError(f"{sources[j]} and {s} claim the same run (same datetime, machine_info and "
+                                   "commit_info) but differ: one of them was edited; pass only the run as saved")
+        copies.setdefault(j, []).append(s)
+    keep = sorted(first.values())
+    notes = [f"{sources[j]} was given {1 + len(c)} times (copies of one run: {', '.join(c[:3])}"
+             f"{f' and {len(c) - 3} more' if len(c) > 3 else ''}): pooled once" for j, c in sorted(copies.items())]
+    return [docs[i] for i in keep], [sources[i] for i in keep], notes
+
+
 def _pool_rows(rows: list[dict]) -> dict:
     """One row from the same case measured in several runs: paired speedup rounds are concatenated."""
     out = dict(rows[0])
@@ -426,6 +456,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     """Pool saved runs of ONE device and ONE model into the canonical document."""
     if not docs:
         raise ReportInputError("no saved runs given")
+    docs, sources, repeated = distinct_runs(docs, sources)
     devices = sorted({d.split(":")[0] for doc in docs for b in doc["benchmarks"]
                       if (d := b["extra_info"].get("device"))})
     if len(devices) > 1:
@@ -436,7 +467,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     cases: dict[tuple[str, str], list[dict]] = {}
     refs: dict[str, list[dict]] = {}
     curves: list[dict] = []
-    limitations: list[str] = []
+    limitations: list[str] = list(repeated)
     for doc in docs:
         for b in doc["benchmarks"]:
             ex, kind = b["extra_info"], _kind(b)
