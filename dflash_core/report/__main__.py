@@ -35,6 +35,7 @@ from .build import SCHEMA, SCHEMA_VERSION, build_report, distinct_runs, load_sav
 from .compare import compare, write_compare
 from .gate import INCONCLUSIVE, NOT_JUDGED, GateConfig, counts, judge, threshold
 from .models import compare_models, group_by_model, render_models
+from .schema import check_benchmark
 from .write import pooled_name, write_report
 
 
@@ -98,6 +99,7 @@ def _load_doc(arg: str, storage: str) -> dict:
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise ReportInputError(f"{arg}: benchmark.json schema_version {doc.get('schema_version')!r}, this lab "
                                    f"reads {SCHEMA_VERSION}: rebuild it with python -m dflash_core.report SAVED")
+        check_benchmark(doc, arg)  # once, here: the gate, compare and their pages then read typed fields only
         return doc
     validate_saved(doc, arg)
     return build_report([doc], [arg])

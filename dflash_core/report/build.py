@@ -19,6 +19,7 @@ from typing import Any
 from ..bench.costmodel import unexplained_overhead
 from ..errors import ReportInputError
 from ..options import option
+from ..runtime.device import DEVICE_RE  # the report's folder is named after the device: only a device name
 from ..safeio import read_json
 from ..stats.summary import median_interval, quartiles
 from ..store.data import TASK_RE
@@ -29,13 +30,11 @@ from .impossible import flag_impossible
 from .match import different_prompts, require_same_setup, saved_setup
 from .operating import operating_points, own_widths
 from .ranking import build_ranking, preliminary_noise
+from .schema import check_saved
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 8
 
-# The device names a report accepts: its folder under --out is named after the device type, so anything
-# else (a path such as "../../x") is refused rather than written outside the output folder.
-DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]+)?|mps)$")
 ID_RE = re.compile(r"^[a-z0-9_]+$")
 VERDICTS = ("exact", "tie", "diverged")
 ACTIVITY_COUNTS = ("rounds", "rounds_differ", "positions", "positions_differ", "gained", "lost", "accepted",
@@ -225,6 +224,7 @@ def validate_saved(doc: Any, where: str) -> None:
                     and all(_is_width_key(w) for w in vc["ratio"])):
                 raise ReportInputError(f"{at}: extra_info.verify_cost must hold 'ratio' (width 0..{MAX_WIDTH} -> "
                                        "number >= 0) and 't_decode_seconds'")
+    check_saved(doc, where)  # every other field the report reads, typed (saved.schema.json)
 
 
 # --- pooling -----------------------------------------------------------------------------------------

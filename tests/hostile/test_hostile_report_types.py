@@ -1,0 +1,138 @@
+"""Wrong types in a saved run or a benchmark.json (issue 70, round three): a string or an int where an object or a
+list belongs crashed `report`, `gate` and `compare` deep in the pages, the cost model or the setup match, and the
+gate's exit 1 then read as "regression found". The inputs are now checked once at load (report.build.validate_saved
+for a saved run, report.schema.check_benchmark for a benchmark.json); whatever reachable value is replaced by one
+of another JSON type, each command succeeds or ends in exactly one `error:` line and exit 2, never a traceback and
+never exit 1."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dflash_core.report.__main__ import main as report_main
+
+from ..support.report_data import rich_saved
+
+WRONG = {"str": "x", "int": 7, "list": [1], "dict": {"a": 1}, "null": None}
+
+
+def _kind(v) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, (int, float)):
+        return "int"  # a number: an int where a float stood is not a wrong type
+    return {str: "str", list: "list", dict: "dict", type(None): "null"}[type(v)]
+
+
+def base_run() -> dict:
+    """rich_saved (every method, loop timings, references, the verify-cost curve) with the run sections a real
+    bench writes: calibration tables, the cost model, the width choice, each method's own width, ranking rounds."""
+    s = rich_saved()
+    lab = s["dflash"]
+    table = [{"key": "tau=0.25", "model_speedup": 1.2, "tokens_per_target_call": 2.0, "tokens_per_second": 90.0}]
+    lab["calibration"] = {"act": {"objective": "cost-model speedup", "widths": {"7": {
+        "selected": {"tau": 0.25}, "table": table, "stage2": {"table": table}}}}}
+    lab["cost_model"] = {"objective": "cost-model speedup", "ratio_band": [0.9, 1.1], "quiet_noise": 0.03,
+                         "source": "calibration"}
+    lab["settings"].update(block_size=16, width_choice={
+        "rule": "r", "selected": [3, 7, 15], "table": [{"width": 3, "model_speedup": 1.4}],
+        "verify_over_decode": {"1": 1.03}, "width_model": {"decodes": 4, "decode_tokens": 24, "tokens": 96}},
+        method_widths={"dflash": {"selected": 7}, "mobs": {"selected": 15}})
+    lab["ranking_rounds"] = {"width": 15, "rounds": 6, "cases": {"dflash-w15": {"rounds": 6, "top_up_rounds": 0}}}
+    return s
+
+
+def value_paths(doc, prefix=()):
+    """Every value's location, one item of a list standing for all (the run's cases each stand for themselves)."""
+    if prefix:
+        yield prefix
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield from value_paths(v, (*prefix, k))
+    elif isinstance(doc, list) and doc:
+        for i in range(len(doc)) if prefix == ("benchmarks",) else (0,):
+            yield from value_paths(doc[i], (*prefix, i))
+
+
+def replaced(doc, path, value):
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = value
+    return doc
+
+
+def _run(args: list[str]) -> tuple[int, str]:
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "stderr", err)
+        mp.setattr(sys, "stdout", io.StringIO())
+        rc = report_main(args)
+    return rc, err.getvalue()
+
+
+def _ends_well(args: list[str], ok: tuple[int, ...]) -> None:
+    """Exit in `ok` with no `error:` line and no traceback, or exit 2 with exactly one `error:` line."""
+    rc, err = _run(args)
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert "Traceback" not in err, (args, err)
+    if rc == 2:
+        assert len(errors) == 1 and len([ln for ln in err.splitlines() if ln.strip()
+                                         and not ln.startswith("note: ")]) == 1, (args, err)
+    else:
+        assert rc in ok and not errors, (args, rc, err)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The base run, its report's benchmark.json, both on disk, and the paths a mutation may hit."""
+    d = tmp_path_factory.mktemp("types")
+    saved = base_run()
+    (d / "run.json").write_text(json.dumps(saved))
+    assert report_main([str(d / "run.json"), "--out", str(d / "r")]) == 0
+    canonical = json.loads((d / "r" / "cpu" / "benchmark.json").read_text())
+    return {"dir": d, "saved": (saved, list(value_paths(saved))),
+            "canonical": (canonical, list(value_paths(canonical)))}
+
+
+def test_the_base_inputs_are_accepted_by_every_command(inputs, capsys):
+    """The property's starting points pass: a refusal below comes from the mutation, not the base."""
+    d = inputs["dir"]
+    canon = d / "r" / "cpu" / "benchmark.json"
+    for base, new in ((d / "run.json", d / "run.json"), (canon, canon), (d / "run.json", canon)):
+        assert report_main(["gate", str(base), str(new)]) in (0, 3)
+        assert report_main(["compare", str(base), str(new), "--out", str(d / "c")]) == 0
+    assert "error" not in capsys.readouterr().err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture])
+@given(data=st.data(), which=st.sampled_from(["saved", "canonical"]))
+def test_a_wrong_typed_value_anywhere_is_one_error_line_or_harmless(inputs, data, which):
+    base, paths = inputs[which]
+    path = data.draw(st.sampled_from(paths), label="path")
+    here = base
+    for step in path:
+        here = here[step]
+    kind = data.draw(st.sampled_from([k for k in WRONG if k != _kind(here)]), label="wrong type")
+    bad = replaced(base, path, copy.deepcopy(WRONG[kind]))
+    good = inputs["dir"] / ("run.json" if which == "saved" else "r/cpu/benchmark.json")
+    with tempfile.TemporaryDirectory() as t:
+        hostile = Path(t) / "hostile.json"
+        hostile.write_text(json.dumps(bad))
+        if which == "saved":
+            _ends_well([str(hostile), "--out", f"{t}/r"], ok=(0,))
+        # exit 1 would say "regression found" about a file that only changed a type: never
+        _ends_well(["gate", str(good), str(hostile)], ok=(0, 3))
+        _ends_well(["gate", str(hostile), str(good)], ok=(0, 3))
+        _ends_well(["compare", str(good), str(hostile), "--out", f"{t}/c"], ok=(0,))
