@@ -148,3 +148,51 @@ def test_a_wrong_typed_value_anywhere_is_one_error_line_or_harmless(inputs, whic
         _ends_well(["gate", str(good), str(hostile)], ok=(0, 3))
         _ends_well(["gate", str(hostile), str(good)], ok=(0, 3))
         _ends_well(["compare", str(good), str(hostile), "--out", f"{t}/c"], ok=(0,))
+
+
+# --- export-drafter's model card -----------------------------------------------------------------------------------
+
+MARKUP = "<img src=x onerror=alert(1)>`](javascript:alert(2))\n# pwned"
+
+
+@pytest.mark.parametrize("field", ["device", "datetime", "commit", "prompt_limit", "tokens"])
+def test_only_plain_names_and_counts_of_a_report_enter_the_model_card(field):
+    """The card is markdown the hub renders: a report's device, datetime, commit and counts enter it only spelled as
+    such (cpu/cuda/cuda:N/mps, an ISO datetime, a hex commit id, digits); any other text is left out as "?"."""
+    from dflash_core.prepare.model_card import _tau, measured_tau
+
+    doc = {"device": "cuda:1", "settings": {"prompt_limit": 4, "tokens": 48},
+           "runs": [{"datetime": "2026-12-07T22:56:17.865394+00:00", "commit": "0123456789abcdef"}],
+           "methods": {"dflash": {"rows": {"2": {"tokens_per_target_call": 2.25}, "x": {}}}}}
+    text = "\n".join(_tau(measured_tau(doc)))
+    assert "4 held-out benchmark prompts x 48 tokens" in text and "cuda:1, 2026-12-07T22:56:17.865394+00:00" in text
+    assert "`0123456789ab`" in text and "| 2 | 2.25 |" in text
+    target = doc["runs"][0] if field in ("datetime", "commit") else doc["settings"] if field in (
+        "prompt_limit", "tokens") else doc
+    target[field] = MARKUP
+    text = "\n".join(_tau(measured_tau(doc)))
+    assert "<img" not in text and "javascript" not in text and "pwned" not in text
+
+
+def test_a_malformed_report_of_this_drafter_is_refused_by_the_reports_loader(inputs, tmp_path, capsys):
+    """find_report validates each report of this drafter with the check it is given (the report's loader); a report
+    of another drafter is only skipped, a malformed one of this drafter is one error line naming it."""
+    from dflash_core.errors import guarded
+    from dflash_core.prepare.model_card import find_report
+    from dflash_core.report.schema import check_benchmark
+
+    doc, _ = inputs["canonical"]
+    doc = copy.deepcopy(doc)
+    doc["provenance"]["artifacts"]["files"]["drafter.safetensors"] = {"sha256": "a" * 64, "bytes": 1}
+    doc["target"]["content_sha256"] = "b" * 64
+    (tmp_path / "cpu").mkdir()
+    path = tmp_path / "cpu" / "benchmark.json"
+    path.write_text(json.dumps(doc))
+    assert find_report([tmp_path], "a" * 64, "b" * 64, check=check_benchmark) == doc
+    doc["methods"]["dflash"]["rows"] = "2.25"
+    path.write_text(json.dumps(doc))
+    assert find_report([tmp_path], "c" * 64, "b" * 64, check=check_benchmark) is None  # not this drafter's
+    capsys.readouterr()
+    assert guarded(find_report, [tmp_path], "a" * 64, "b" * 64, check=check_benchmark) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: ") and str(path) in err[0] and "methods.dflash.rows" in err[0]
