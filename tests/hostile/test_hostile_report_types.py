@@ -8,9 +8,7 @@ never exit 1."""
 from __future__ import annotations
 
 import copy
-import io
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from hypothesis import strategies as st
 from dflash_core.report.__main__ import main as report_main
 
 from ..support.report_data import rich_saved
+from .test_hostile_fuzz import _run_cli as run_cli
 
 WRONG = {"str": "x", "int": 7, "list": [1], "dict": {"a": 1}, "null": None}
 FOCUS = {"loop_costs", "calibration", "provenance", "width_choice", "method_widths", "block_size", "runs", "rows",
@@ -74,18 +73,9 @@ def replaced(doc, path, value):
     return doc
 
 
-def _run(args: list[str]) -> tuple[int, str]:
-    err = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "stderr", err)
-        mp.setattr(sys, "stdout", io.StringIO())
-        rc = report_main(args)
-    return rc, err.getvalue()
-
-
 def _ends_well(args: list[str], ok: tuple[int, ...]) -> None:
     """Exit in `ok` with no `error:` line and no traceback, or exit 2 with exactly one `error:` line."""
-    rc, err = _run(args)
+    rc, err = run_cli(args)
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
     assert "Traceback" not in err, (args, err)
     if rc == 2:
