@@ -186,3 +186,18 @@ def test_a_malformed_report_of_this_drafter_is_refused_by_the_reports_loader(inp
     assert guarded(find_report, [tmp_path], "a" * 64, "b" * 64, check=check_benchmark) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and err[0].startswith("error: ") and str(path) in err[0] and "methods.dflash.rows" in err[0]
+
+
+def test_a_report_the_lab_writes_is_one_the_gate_reads(tmp_path, capsys):
+    """The gate validates benchmark.json against the schema: a report of a run whose `dflash.methods` lacks a method
+    (label null) or whose runs name no commit must still be read (a schema stricter than what report writes)."""
+    from ..support.report_data import bench_row, saved_run
+
+    run = saved_run([bench_row("normal", 0), bench_row("dflash", 2, speedup=1.5), bench_row("mobs", 2, speedup=1.6)])
+    run["commit_info"] = None
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    assert report_main([str(tmp_path / "run.json"), "--out", str(tmp_path / "r")]) == 0
+    doc = tmp_path / "r" / "cpu" / "benchmark.json"
+    assert json.loads(doc.read_text())["methods"]["mobs"]["label"] is None
+    assert report_main(["gate", str(doc), str(doc)]) in (0, 3)
+    assert "error" not in capsys.readouterr().err
