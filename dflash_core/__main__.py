@@ -286,9 +286,10 @@ def _drafter_report(prepared, ident: dict) -> dict | None:
     """A benchmark.json of this drafter on this target, for the model card's tokens per target call: searched in
     the report root `bench` writes to (DFLASH_REPORTS, else reports/ beside the package)."""
     from .prepare.prepared import DRAFTER_FILE  # lazy: pulls torch in (--help stays fast)
+    from .report.schema import check_benchmark  # lazy: jsonschema, paid only by the commands that read a report
 
     sha = ((prepared.manifest.get("files") or {}).get(DRAFTER_FILE) or {}).get("sha256")
-    return find_report([_reports_root()], sha, ident.get("content_sha256"))
+    return find_report([_reports_root()], sha, ident.get("content_sha256"), check=check_benchmark)
 
 
 def cmd_import(a) -> int:

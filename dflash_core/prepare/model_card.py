@@ -10,9 +10,12 @@ a benchmark report that measured this very drafter (matched by its SHA-256); a f
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import DFlashError
+from ..runtime.device import DEVICE_RE
 from ..safeio import read_json
 
 TAGS = ("dflash", "speculative-decoding", "draft-model", "dflash-mini-lab")
@@ -59,14 +62,30 @@ def measured_tau(report: dict | None) -> dict | None:
     document (None when there is none or it holds no dflash rows)."""
     if not isinstance(report, dict):
         return None
-    rows = ((report.get("methods") or {}).get("dflash") or {}).get("rows") or {}
-    tau = {int(w): r.get("tokens_per_target_call") for w, r in rows.items() if isinstance(r, dict)}
+    rows = _dig(report, "methods", "dflash", "rows")
+    tau = {int(w): r.get("tokens_per_target_call") for w, r in (rows.items() if isinstance(rows, dict) else ())
+           if isinstance(r, dict) and isinstance(w, str) and COUNT_RE.match(w)}
     if not tau:
         return None
-    st = report.get("settings") or {}
-    run = (report.get("runs") or [{}])[0]
-    return {"tau": dict(sorted(tau.items())), "prompts": st.get("prompt_limit"), "tokens": st.get("tokens"),
-            "device": report.get("device"), "datetime": run.get("datetime"), "commit": run.get("commit")}
+    st = report.get("settings") if isinstance(report.get("settings"), dict) else {}
+    runs = report.get("runs")
+    run = runs[0] if isinstance(runs, list) and runs and isinstance(runs[0], dict) else {}
+    return {"tau": dict(sorted(tau.items())), "prompts": _plain(st.get("prompt_limit"), COUNT_RE),
+            "tokens": _plain(st.get("tokens"), COUNT_RE), "device": _plain(report.get("device"), DEVICE_RE),
+            "datetime": _plain(run.get("datetime"), DATETIME_RE), "commit": _plain(run.get("commit"), COMMIT_RE)}
+
+
+# What of a report may enter the card (markdown, shown by the hub): a device name, an ISO datetime, a commit id and
+# counts, each by its spelling; any other text (markup, a backtick closing the code span) is left out as "?".
+COUNT_RE = re.compile(r"^[0-9]{1,9}$")
+DATETIME_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9:.]{1,15}([+-][0-9:]{1,5}|Z)?)?$")
+COMMIT_RE = re.compile(r"^[0-9a-f]{7,64}$")
+
+
+def _plain(v: object, spelling: re.Pattern) -> str | None:
+    """`v` as text when it is spelled as `spelling` allows, else None (the card says "?")."""
+    text = str(v) if isinstance(v, (str, int)) and not isinstance(v, bool) else None
+    return text if text is not None and spelling.match(text) else None
 
 
 def _dig(doc, *keys):
@@ -78,9 +97,14 @@ def _dig(doc, *keys):
     return doc
 
 
-def find_report(roots: list[Path], drafter_sha256: str | None, content_sha256: str | None) -> dict | None:
+def find_report(roots: list[Path], drafter_sha256: str | None, content_sha256: str | None,
+                check: Callable[[dict, str], None] | None = None) -> dict | None:
     """The newest benchmark.json under `roots` (<root>/<device>/benchmark.json) that measured this drafter (the
-    same drafter.safetensors SHA-256) on this target (the same content SHA-256); None when none did."""
+    same drafter.safetensors SHA-256) on this target (the same content SHA-256); None when none did.
+
+    `check(doc, path)`: the report loader's validation (report.schema.check_benchmark, passed in by the command:
+    prepare sits below report), run on each report of this drafter; it raises on a malformed one, which is then
+    refused with its path rather than read into the card. Reports of other drafters are only skipped."""
     if not drafter_sha256:
         return None
     found = []
@@ -92,6 +116,8 @@ def find_report(roots: list[Path], drafter_sha256: str | None, content_sha256: s
                 continue
             if _dig(doc, "provenance", "artifacts", "files", "drafter.safetensors", "sha256") == drafter_sha256 \
                     and _dig(doc, "target", "content_sha256") == content_sha256:
+                if check is not None:
+                    check(doc, str(p))
                 runs = doc.get("runs")
                 first = runs[0] if isinstance(runs, list) and runs and isinstance(runs[0], dict) else {}
                 found.append((str(first.get("datetime") or ""), p, doc))
@@ -136,9 +162,9 @@ def _tau(measured: dict | None) -> list[str]:
                 "report of this drafter was found; `./lab bench` measures it, then export again)."]
     rows = ["| verify width | τ (tokens per target call) |", "|---|---|"]
     rows += [f"| {w} | {_f(t, 2)} |" for w, t in measured["tau"].items()]
-    return [f"Plain DFlash with this drafter (the same SHA-256) on {measured.get('prompts', '?')} held-out benchmark "
-            f"prompts x {measured.get('tokens', '?')} tokens, greedy and token-exact "
-            f"(`./lab bench`, {measured.get('device', '?')}, {measured.get('datetime', '?')}, commit "
+    return [f"Plain DFlash with this drafter (the same SHA-256) on {measured.get('prompts') or '?'} held-out benchmark "
+            f"prompts x {measured.get('tokens') or '?'} tokens, greedy and token-exact "
+            f"(`./lab bench`, {measured.get('device') or '?'}, {measured.get('datetime') or '?'}, commit "
             f"`{str(measured.get('commit') or '?')[:12]}`):", "", *rows]
 
 

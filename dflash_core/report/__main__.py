@@ -31,10 +31,11 @@ from ..errors import ReportInputError, guarded
 from ..safeio import read_json
 from ..savedruns import resolve_runs
 from ..store.artifacts import write_atomic
-from .build import SCHEMA, SCHEMA_VERSION, build_report, load_saved, validate_saved
+from .build import SCHEMA, SCHEMA_VERSION, build_report, distinct_runs, load_saved, validate_saved
 from .compare import compare, write_compare
 from .gate import INCONCLUSIVE, NOT_JUDGED, GateConfig, counts, judge, threshold
 from .models import compare_models, group_by_model, render_models
+from .schema import check_benchmark
 from .write import pooled_name, write_report
 
 
@@ -72,9 +73,20 @@ def _pair_parser(cmd: str, out: bool = False) -> argparse.ArgumentParser:
     return ap
 
 
-def _build(args: list[str], storage: str) -> dict:
+def _loaded(args: list[str], storage: str) -> tuple[list[dict], list[str], list[str]]:
+    """The saved runs the arguments name, each read and checked once, and the distinct runs' sources; a run given
+    more than once is said on stderr (the report pools it once and says so in its limitations)."""
     paths = resolve_runs(args, storage)
-    return build_report([load_saved(p) for p in paths], [str(p) for p in paths])
+    docs, sources = [load_saved(p) for p in paths], [str(p) for p in paths]
+    _, distinct, notes = distinct_runs(docs, sources)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return docs, sources, distinct
+
+
+def _build(args: list[str], storage: str) -> dict:
+    docs, sources, _ = _loaded(args, storage)
+    return build_report(docs, sources)
 
 
 def _load_doc(arg: str, storage: str) -> dict:
@@ -87,6 +99,7 @@ def _load_doc(arg: str, storage: str) -> dict:
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise ReportInputError(f"{arg}: benchmark.json schema_version {doc.get('schema_version')!r}, this lab "
                                    f"reads {SCHEMA_VERSION}: rebuild it with python -m dflash_core.report SAVED")
+        check_benchmark(doc, arg)  # once, here: the gate, compare and their pages then read typed fields only
         return doc
     validate_saved(doc, arg)
     return build_report([doc], [arg])
@@ -153,12 +166,11 @@ def _compare(argv: list[str]) -> int:
 
 def _report(argv: list[str]) -> int:
     a = _report_parser().parse_args(argv)
-    paths = resolve_runs(a.saved, a.storage)
-    docs, sources = [load_saved(p) for p in paths], [str(p) for p in paths]
+    docs, sources, distinct = _loaded(a.saved, a.storage)
     if len(group_by_model(docs, sources)) > 1:
         return _side_by_side(docs, sources, a.out)
     doc = build_report(docs, sources)
-    out = write_report(doc, a.out, pooled_name(sources) if len(sources) > 1 else None)
+    out = write_report(doc, a.out, pooled_name(distinct) if len(distinct) > 1 else None)
     print(out)
     return 0 if doc["exactness"]["all_exact"] else 1
 

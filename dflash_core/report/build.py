@@ -19,6 +19,7 @@ from typing import Any
 from ..bench.costmodel import unexplained_overhead
 from ..errors import ReportInputError
 from ..options import option
+from ..runtime.device import DEVICE_RE  # the report's folder is named after the device: only a device name
 from ..safeio import read_json
 from ..stats.summary import median_interval, quartiles
 from ..store.data import TASK_RE
@@ -29,13 +30,11 @@ from .impossible import flag_impossible
 from .match import different_prompts, require_same_setup, saved_setup
 from .operating import operating_points, own_widths
 from .ranking import build_ranking, preliminary_noise
+from .schema import check_saved
 
 SCHEMA = "dflash-mini-lab/benchmark"
 SCHEMA_VERSION = 8
 
-# The device names a report accepts: its folder under --out is named after the device type, so anything
-# else (a path such as "../../x") is refused rather than written outside the output folder.
-DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]+)?|mps)$")
 ID_RE = re.compile(r"^[a-z0-9_]+$")
 VERDICTS = ("exact", "tie", "diverged")
 ACTIVITY_COUNTS = ("rounds", "rounds_differ", "positions", "positions_differ", "gained", "lost", "accepted",
@@ -225,6 +224,7 @@ def validate_saved(doc: Any, where: str) -> None:
                     and all(_is_width_key(w) for w in vc["ratio"])):
                 raise ReportInputError(f"{at}: extra_info.verify_cost must hold 'ratio' (width 0..{MAX_WIDTH} -> "
                                        "number >= 0) and 't_decode_seconds'")
+    check_saved(doc, where)  # every other field the report reads, typed (saved.schema.json)
 
 
 # --- pooling -----------------------------------------------------------------------------------------
@@ -278,6 +278,36 @@ def check_poolable(docs: list[dict], sources: list[str]) -> None:
                                    "with the same --bench-tokens, --bench-prompts and --smoke")
         require_same_setup(saved_setup(docs[0]), saved_setup(doc), (sources[0], src),
                            "a report pools the rounds of the same cases only")
+
+
+def run_identity(doc: dict) -> str:
+    """What names one benchmark run: pytest-benchmark's `datetime` (microseconds), `machine_info` and `commit_info`,
+    which a session writes once into every file it saves (the autosave and --benchmark-json alike)."""
+    return identity_hash({k: doc.get(k) for k in ("datetime", "machine_info", "commit_info")})
+
+
+def distinct_runs(docs: list[dict], sources: list[str]) -> tuple[list[dict], list[str], list[str]]:
+    """(the runs, their sources, one note per repeated run): a run given several times (copies of one file, or files
+    with one run identity) is kept once, at its first source. Why: pooling a copy as an independent run doubles
+    its rounds without new information, so the intervals shrink on no evidence (200 copies of one run named a
+    single winner "with 95 % confidence"). Two files of one identity that differ are refused: one was edited,
+    and which one measured the run cannot be told."""
+    first: dict[str, int] = {}
+    copies: dict[int, list[str]] = {}
+    for i, (d, s) in enumerate(zip(docs, sources)):
+        k = run_identity(d)
+        if k not in first:
+            first[k] = i
+            continue
+        j = first[k]
+        if json.dumps(d, sort_keys=True) != json.dumps(docs[j], sort_keys=True):
+            raise ReportInputError(f"{sources[j]} and {s} claim the same run (same datetime, machine_info and "
+                                   "commit_info) but differ: one of them was edited; pass only the run as saved")
+        copies.setdefault(j, []).append(s)
+    keep = sorted(first.values())
+    notes = [f"{sources[j]} was given {1 + len(c)} times (copies of one run: {', '.join(c[:3])}"
+             f"{f' and {len(c) - 3} more' if len(c) > 3 else ''}): pooled once" for j, c in sorted(copies.items())]
+    return [docs[i] for i in keep], [sources[i] for i in keep], notes
 
 
 def _pool_rows(rows: list[dict]) -> dict:
@@ -426,6 +456,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     """Pool saved runs of ONE device and ONE model into the canonical document."""
     if not docs:
         raise ReportInputError("no saved runs given")
+    docs, sources, repeated = distinct_runs(docs, sources)
     devices = sorted({d.split(":")[0] for doc in docs for b in doc["benchmarks"]
                       if (d := b["extra_info"].get("device"))})
     if len(devices) > 1:
@@ -436,7 +467,7 @@ def build_report(docs: list[dict], sources: list[str]) -> dict:
     cases: dict[tuple[str, str], list[dict]] = {}
     refs: dict[str, list[dict]] = {}
     curves: list[dict] = []
-    limitations: list[str] = []
+    limitations: list[str] = list(repeated)
     for doc in docs:
         for b in doc["benchmarks"]:
             ex, kind = b["extra_info"], _kind(b)

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from ..errors import ReportInputError
+from ..runtime.device import DEVICE_RE
 from ..store.artifacts import remove_stale_parts, write_atomic_set
-from .build import DEVICE_RE
 from .html import render_index, render_report
 
 

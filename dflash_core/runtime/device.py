@@ -24,6 +24,9 @@ def cuda_available() -> bool:
 
 
 _DEVICE_NAME = re.compile(r"cpu|cuda(:[0-9]+)?")
+# The device names a saved run or a report may record (what a report folder and a model card are named after):
+# anything else (a path such as "../../x", markup) is refused where it is read.
+DEVICE_RE = re.compile(r"^(cpu|cuda(:[0-9]+)?|mps)$")
 
 
 def check_device_name(name: object) -> str:

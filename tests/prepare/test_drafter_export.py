@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,21 +116,34 @@ def test_model_card_metadata_parses_and_its_figures_match_the_manifest(tiny_prep
     assert "--drafter /path/to/this/directory" in body
 
 
+def _bench_report(tmp_path, man: dict, device: str, drafter_sha: str, speedup: float) -> Path:
+    """A benchmark.json as `report` writes it, of the drafter `drafter_sha` on the manifest's target (the export
+    validates it: report.schema.check_benchmark)."""
+    from dflash_core.report.__main__ import main as report_main
+
+    from ..support.report_data import bench_row, saved_run
+
+    run = saved_run([bench_row("normal", 0, device=device), bench_row("dflash", 2, device=device, speedup=speedup,
+                                                                      tau=speedup)])
+    run["commit_info"]["id"] = "0123456789abcdef"
+    run["datetime"] = "2026-12-01T00:00:00"
+    run["dflash"]["settings"].update(prompt_limit=4, tokens=48)
+    run["dflash"]["target"]["content_sha256"] = man["target"]["content_sha256"]
+    run["dflash"]["provenance"]["artifacts"]["files"] = {"drafter.safetensors": {"sha256": drafter_sha}}
+    saved = tmp_path / f"{device}.json"
+    saved.write_text(json.dumps(run))
+    assert report_main([str(saved), "--out", str(tmp_path / "reports")]) == 0
+    return tmp_path / "reports" / device / "benchmark.json"
+
+
 def test_model_card_takes_tau_from_a_benchmark_report_of_this_drafter(tiny_prepared, tmp_path, monkeypatch):
     """A report that measured this drafter (same drafter.safetensors SHA-256, same target) gives the card its tau;
     a report of another drafter does not."""
     man = tiny_prepared.prepared.manifest
     sha = man["files"]["drafter.safetensors"]["sha256"]
 
-    def report(device, drafter_sha, tau):
-        d = tmp_path / "reports" / device
-        d.mkdir(parents=True)
-        (d / "benchmark.json").write_text(json.dumps({
-            "device": device, "settings": {"prompt_limit": 4, "tokens": 48},
-            "runs": [{"datetime": "2026-12-01T00:00:00", "commit": "0123456789abcdef"}],
-            "target": {"content_sha256": man["target"]["content_sha256"]},
-            "provenance": {"artifacts": {"files": {"drafter.safetensors": {"sha256": drafter_sha}}}},
-            "methods": {"dflash": {"rows": {"2": {"tokens_per_target_call": tau}}}}}))
+    def report(device, drafter_sha, speedup):
+        _bench_report(tmp_path, man, device, drafter_sha, speedup)
 
     report("cpu", sha, 2.25)
     report("cuda", "0" * 64, 9.99)  # another drafter's report
@@ -140,6 +154,29 @@ def test_model_card_takes_tau_from_a_benchmark_report_of_this_drafter(tiny_prepa
     _, body = _card(out)
     assert "| 2 | 2.25 |" in body and "9.99" not in body and "not measured" not in body.split("## Tokens", 1)[1]
     assert "4 held-out benchmark prompts x 48 tokens" in body and "`0123456789ab`" in body
+
+
+@pytest.mark.parametrize("edit", [lambda d: d["methods"]["dflash"].update(rows="2.25"),
+                                  lambda d: d.update(settings=[4, 48]), lambda d: d.update(runs="x"),
+                                  lambda d: d.update(device="cpu\n# <img src=x onerror=alert(1)>")],
+                         ids=["rows-string", "settings-list", "runs-string", "device-markup"])
+def test_export_refuses_a_malformed_report_of_its_drafter(tiny_prepared, tmp_path, monkeypatch, capsys, edit):
+    """Issue 70: a malformed benchmark.json of the same drafter crashed export-drafter, and its device string went
+    raw into the card's markdown. It is validated by the report's loader: one error line naming the file, exit 2,
+    and no card written."""
+    man = tiny_prepared.prepared.manifest
+    path = _bench_report(tmp_path, man, "cpu", man["files"]["drafter.safetensors"]["sha256"], 2.25)
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("DFLASH_REPORTS", str(tmp_path / "reports"))
+    capsys.readouterr()
+    out = tmp_path / "drafter"
+    assert cli.main(["export-drafter", "--target", str(tiny_prepared.path), "--home", str(tiny_prepared.home),
+                     "--out", str(out)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and err[0].startswith("error: ") and str(path) in err[0], err
+    assert not (out / "README.md").exists()
 
 
 def test_model_card_transformers_snippet_runs(tiny_prepared, exported, monkeypatch, capsys):

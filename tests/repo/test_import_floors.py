@@ -56,7 +56,8 @@ LAZY_LAB = {
     "dflash_core.__main__": {m: _CLI_TORCH for m in (
         "dflash_core.methods", "dflash_core.methods.runner", "dflash_core.prepare.pipeline",
         "dflash_core.prepare.prepared", "dflash_core.prepare.drafter_format", "dflash_core.bench.reuse")}
-    | {"dflash_core.report.__main__": "scipy (~0.8 s), paid only by `report`, `compare` and `gate`"},
+    | {"dflash_core.report.__main__": "scipy (~0.8 s), paid only by `report`, `compare` and `gate`",
+       "dflash_core.report.schema": "jsonschema (~0.1 s): only `export-drafter` and `run` read a report"},
     "dflash_core.runtime.kernels": {"dflash_core.runtime.layouts": "pulls torch in (TunedLinear is an nn.Module), "
                                     "and runtime.target, imported by every CLI call, imports kernels"},
     "dflash_core.report.plugin": {m: "scipy (~0.8 s), paid only when a benchmark session writes its report"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 
 def bench_row(method, width, device="cpu", speedup=1.0, exact=True, rounds=None, tau=None):
     rounds = rounds or [speedup]
@@ -17,10 +19,16 @@ def bench_row(method, width, device="cpu", speedup=1.0, exact=True, rounds=None,
             "stats": {"median": 0.1, "iqr": 0.01, "rounds": 3}, "extra_info": extra}
 
 
+_RUNS = itertools.count()
+
+
 def saved_run(benchmarks, weights="w" * 64):
-    """A schema 7 saved run of `benchmarks` (its noise and ranking-rounds records as BenchSession writes them)."""
+    """A schema 7 saved run of `benchmarks` (its noise and ranking-rounds records as BenchSession writes them).
+    Each call is another run: its datetime's microseconds count the calls, as two sessions never share a datetime
+    (the report pools a run given twice once: report.build.distinct_runs)."""
     return {"machine_info": {"node": "n", "machine": "x86_64", "cpu": {"brand_raw": "cpu"}},
-            "commit_info": {"id": "abc", "dirty": False}, "datetime": "2026-11-29T00:00:00", "version": "5.3.1",
+            "commit_info": {"id": "abc", "dirty": False}, "datetime": f"2026-11-29T00:00:00.{next(_RUNS):06d}",
+            "version": "5.3.1",
             "benchmarks": benchmarks,
             "dflash": {"methods": {"normal": {"index": 0, "label": "Normal", "mechanism": "m", "complexity": "c",
                                               "stages": []},
