@@ -35,9 +35,12 @@ from ..runtime.device import synchronize
 from ..stats.summary import NOISE_THRESHOLD
 
 RATIO_BAND = (0.9, 1.1)
-# Model speedups within 1 % of the best are ties: the component timings behind them are medians of small
-# timings and not resolved better than that; ties go to tokens per target call, then grid order.
-TIE_TOLERANCE = 0.01
+# Model speedups within 3 % of the best are ties: the verify curve behind them is timed, and two quiet runs of one
+# commit at 1 % chose widths 8,16 and 7,15 from tables whose top rows sat within 1-2 % (studies/2026-12-07-operating-
+# point/). 3 % is the quiet machine's noise per round (stats.summary.NOISE_THRESHOLD). Ties go to tokens per target
+# call, which the replay counts without timing noise, then grid order: so where the row with the most tokens per
+# call is within the band less twice the timing noise of the best, every run chooses it (tests/bench/test_costmodel.py).
+TIE_TOLERANCE = NOISE_THRESHOLD
 OBJECTIVE = "cost-model speedup on calibration prompts; ties: tokens per target call"
 
 
