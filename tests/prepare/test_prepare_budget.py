@@ -240,6 +240,22 @@ def test_sized_generation_ends_inside_its_allowance_where_larger_chunks_cost_no_
     assert [c[0] for c in got.record["chunks"]][0] == 32
 
 
+def test_load_arriving_mid_run_overruns_the_allowance_by_at_most_a_small_chunk():
+    """The run beside a CI start, as a timing model: seconds per seed 3.0 in the 8-seed probe, 0.17 and 0.097 in the
+    next chunks (larger batches), then 0.21 once the load arrives. Projecting a whole chunk from the last rate
+    overran 288 s by 43 % (the real run: a 844-seed chunk took 176 s where 108 s were left); a chunk of at most half
+    of what still fits overruns by a few percent (a chunk up to twice as slow per item as the last never overruns)."""
+    clock = _Clock()
+    rates = iter([3.0, 0.17, 0.097])
+
+    def generate(idx):
+        clock.t += len(idx) * next(rates, 0.21)
+        return list(idx)
+
+    got = tb.sized_generation(generate, 100_000, 288.0, first=8, clock=clock)
+    assert clock.t <= 288.0 * 1.10, got.record["chunks"]
+
+
 def test_sized_generation_takes_the_items_in_the_given_order_and_rank_zeros_rate():
     clock = _Clock()
     order = list(range(99, -1, -1))
@@ -248,9 +264,9 @@ def test_sized_generation_takes_the_items_in_the_given_order_and_rank_zeros_rate
                               agree=lambda rate: seen.append(rate) or 2.0)  # rank 0 was twice as slow
     assert got.kept == order[:len(got.kept)]
     assert seen[0] == 1.0
-    # at rank 0's 2 s an item the 40 s left after the probe buy 20 items; the 20 s left then buy 10, fewer than
-    # MIN_CHUNK: the run stops there (this rank's own rate, 1 s, would have taken 20 more)
-    assert [c[0] for c in got.record["chunks"]] == [10, 20] and tb.MIN_CHUNK > 10
+    # at rank 0's 2 s an item the 40 s left after the probe buy 20 items, of which a chunk takes half (at least
+    # MIN_CHUNK, 16); the 14 s left then buy 7, fewer than MIN_CHUNK: the run stops there
+    assert [c[0] for c in got.record["chunks"]] == [10, 16] and tb.MIN_CHUNK == 16
 
 
 def test_the_probe_rate_is_seen_before_any_other_chunk_and_can_stop_the_run():
