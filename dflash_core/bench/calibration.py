@@ -137,6 +137,14 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     # prompt, 2.37 from 384 tokens in), so such decodes priced every width for a context the benchmark never decodes
     # and under-predicted it by 20-44 % (studies/2026-12-07-operating-point/)
     length = max(1, min(c.tokens, c.calibration_tokens))
+    # a calibration prompt whose decode would pass the target's context is left out (a small target's context of
+    # 256 positions cannot hold the longest English ones and a benchmark-length decode); none left is bad input
+    room = getattr(sess.rt, "max_positions", None)
+    fit = [p for p in ids if room is None or len(p) + length <= room]
+    if len(fit) < len(ids):
+        log.info("width model: %d of %d calibration prompts left out: with a decode of %d tokens they pass the "
+                 "target's context of %d positions", len(ids) - len(fit), len(ids), length, room)
+    ids = fit or ids  # none fits: the decode below refuses with the fix (lower --bench-tokens)
     runs = [greedy(sess.rt, p, length) for p in ids]
     steps = [(st.target_seconds - st.prefill_seconds) / (st.target_calls - 1) for _, st in runs
              if st.target_calls > 1]
