@@ -31,7 +31,7 @@ from .costmodel import (
     target_costs,
     verify_samples,
 )
-from .replay import ReplayRuntime, segments, trajectories
+from .replay import ReplayRuntime, trajectories
 
 if TYPE_CHECKING:
     from .state import BenchSession
@@ -122,7 +122,7 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
 
     The calibration prompts' greedy continuations (`calibration_tokens` each, the cached greedy decode: also the
     target's decode step in the loop, t_decode), their taps from one forward, cut into decodes of the benchmark's
-    length (`replay.segments`); a decode whose text shares an n-gram with a benchmark prompt is dropped (the
+    length (`replay.Trajectory.segment`); a decode whose text shares an n-gram with a benchmark prompt is dropped (the
     held-out guard, as for training text). The verify curve and the drafter's costs are timed on real decodes
     (`loop_target_costs`). Refuses calibration prompts that share an n-gram with a benchmark prompt.
     Returns {"rt": the ReplayRuntime, "ids"/"refs": each replayed decode's prompt and greedy continuation,
@@ -149,12 +149,12 @@ def calibration_context(sess: BenchSession, cal_texts: list[str]) -> dict:
     steps = [(st.target_seconds - st.prefill_seconds) / (st.target_calls - 1) for _, st in runs
              if st.target_calls > 1]
     trajs = trajectories(sess.rt, ids, [r for r, _ in runs], tuple(sess.prepared.drafter.cfg.taps))
-    segs = segments(trajs, max(1, min(len(r) for r, _ in runs)), 10 ** 9)  # one decode per prompt, from its start
+    segs = [t.segment(0, min(len(r) for r, _ in runs)) for t in trajs]  # one decode per prompt, from its start
     keep, dropped = clean_segments(sess.rt, [list(s.prompt[len(ids[s.source]):]) + list(s.tokens) for s in segs],
                                    sess.family)
     segs = [segs[i] for i in keep]
     if not segs:  # every decode leaked: the prompts themselves (refused above if they leak) with their first token
-        segs = segments(trajs, 1, 10 ** 9)
+        segs = [t.segment(0, 1) for t in trajs]
     if sess.calibration_costs is None:
         sess.calibration_costs, sess.drafter_costs = loop_target_costs(sess, ids[:CURVE_PROMPTS], steps)
     model = {"prompts": len(ids), "tokens_per_prompt": length, "decode_tokens": len(segs[0].tokens),

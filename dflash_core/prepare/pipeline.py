@@ -12,6 +12,7 @@ loggers, timestamped), and leaves the caller's torch thread count as it found it
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -273,9 +274,7 @@ def forced_teacher(rt, cfg: PrepareConfig, family: str, seeds, taps, progress: b
         else:  # in text order, while the budget's share lasts (`timebudget.sized_generation`)
             got = sized_generation(lambda idx: forced_data(rt, [chunks[i] for i in idx], taps, batch=batch),
                                    len(chunks), seconds, first=batch, agree=dist.broadcast_object)
-            data = got.parts[0]
-            for part in got.parts[1:]:
-                data = data.extend(part)
+            data = functools.reduce(TeacherData.extend, got.parts)
             chunks = chunks[:len(got.kept)]
             rec["sized"] = got.record
     rec.update({"chunks": len(chunks), "tokens": sum(map(len, chunks)), "budget": budget, "dtype": dtype,
@@ -751,9 +750,7 @@ def sized_teacher(run: PrepareRun) -> TeacherData:
 
     got = sized_generation(lambda idx: _teacher(run, [seeds[i] for i in idx], work=False), len(seeds), allowance,
                            first=PROBE_SEEDS, order=order, agree=dist.broadcast_object, on_probe=on_probe)
-    data = got.parts[0]
-    for part in got.parts[1:]:
-        data = data.extend(part)
+    data = functools.reduce(TeacherData.extend, got.parts)
     by_index = sorted(range(len(got.kept)), key=lambda j: got.kept[j])  # back to the seeds' own order
     data = data.select(by_index)
     kept = sorted(got.kept)
